@@ -1,0 +1,1 @@
+"""The ``allot`` command: one entry point for the simulator, the audit, explain and the demo."""

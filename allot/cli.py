@@ -1,0 +1,240 @@
+"""The ``allot`` command line.
+
+    allot simulate SCENARIO   run a scenario under allot and/or the baseline; logs, audit, plots
+    allot audit ...           load a log into DuckDB, report, query, replay-check
+    allot explain LOG ID      why a workload is where it is (rank, position, what blocks it)
+    allot demo                the embedded default: a small scenario end to end
+    allot schema              write (or --check) the published JSON Schema of every event
+
+Every command has ``--help``. Errors print one line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from rich.console import Console
+
+REPO = Path(__file__).resolve().parent.parent
+DEMO_SCENARIO = REPO / "scenarios" / "demo.toml"
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+def _knob(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KNOB=VALUE, got {text!r}")
+    key, raw = text.split("=", 1)
+    try:
+        value: Any = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key.strip(), value
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from simulator.run import POLICIES, run_scenario
+
+    policies = POLICIES if args.policy == "both" else (args.policy,)
+    run_scenario(args.scenario, policies, args.out, plots=not args.no_plots,
+                 knobs=dict(args.set or []), horizon_days=args.horizon_days, seed=args.seed)
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from audit.replay import numbered
+    from scheduler import Engine
+    from scheduler.explain import UnknownWorkload, explain
+
+    engine: Engine | None = None
+    for _, e in numbered(args.log):
+        if args.at is not None and e.at > args.at:
+            break
+        if engine is None:
+            engine = Engine(e.cluster)
+        if e.cluster == engine.state.cluster:
+            engine.fold(e)
+    if engine is None:
+        raise CliError(f"{args.log}: the log is empty")
+    try:
+        exp = explain(engine.state, args.workload)
+    except UnknownWorkload:
+        raise CliError(f"no workload {args.workload!r} in {args.log}"
+                       + (f" before {args.at}" if args.at is not None else "")) from None
+    if args.json:
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(exp)).decode() + "\n")
+        return 0
+    con = Console()
+    con.print(f"[bold]{exp.workload}[/] ({exp.kind}, {exp.gpus} GPUs as {exp.shape}, "
+              f"min runtime {exp.min_runtime_s} s, "
+              f"{'resumable' if exp.resumable else 'not resumable'}) in [bold]{exp.budget}[/]: "
+              f"[bold]{exp.status}[/] at {exp.now}")
+    if exp.blocked_by:
+        con.print(f"blocked by: [bold red]{exp.blocked_by}[/]"
+                  + (f" until {exp.until}" if exp.until else ""))
+    for line in exp.summary:
+        con.print(f"- {line}")
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    import time
+
+    from audit.replay import replay_file
+
+    if not args.log.exists():
+        raise CliError(f"{args.log}: no such file")
+    con = Console(stderr=True)
+    t0 = time.perf_counter()
+    with con.status("replaying") as status:
+        result = replay_file(args.log, lambda n: status.update(f"replaying: {n:,} events"))
+    dt = time.perf_counter() - t0
+    if args.json:
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(result)).decode() + "\n")
+    elif result.ok:
+        Console().print(f"[green]identical[/]: {result.inputs:,} inputs re-derive all "
+                        f"{result.decisions:,} recorded decisions ({result.events:,} events, "
+                        f"{result.duplicates:,} duplicate records skipped, {dt:.1f} s)")
+    else:
+        d = result.divergence
+        assert d is not None
+        Console().print(f"[red]diverged[/] at line {d.line} ({d.kind}"
+                        + (f", event {d.event_id}" if d.event_id else "") + f"): {d.detail}")
+    return 0 if result.ok else 1
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from events.schema import main as schema_main
+
+    return schema_main(["--check"] if args.check else [])
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """Simulate the demo scenario under both policies, explain a few decisions, replay-check."""
+    from audit.replay import replay_file
+    from simulator.run import run_scenario
+
+    con = Console()
+    out = Path(args.out)
+    con.rule("[bold]allot demo: the same workloads under allot and under the old scheduler")
+    run_scenario(DEMO_SCENARIO, ("allot", "baseline"), out, plots=not args.no_plots)
+    log = out / "allot" / "events.jsonl"
+    con.rule("[bold]decisions, explained")
+    _show_decisions(log, con)
+    con.rule("[bold]replay: re-derive every decision from the log")
+    result = replay_file(log)
+    verdict = "[green]identical[/]" if result.ok else f"[red]diverged: {result.divergence}[/]"
+    con.print(f"{result.inputs:,} inputs re-derive {result.decisions:,} decisions: {verdict}")
+    con.print(f"\nNext: open {out / 'report.html'}, or query the audit with\n"
+              f"  allot audit sql --db {out / 'sim.duckdb'} \"SELECT * FROM preemptions\"")
+    return 0 if result.ok else 1
+
+
+def _show_decisions(log: Path, con: Console) -> None:
+    """Print one decision of each interesting kind, with the reason it carries."""
+    from events import read_log
+
+    events = read_log(log)
+    subs = {e.workload: e for e in events if type(e).__struct_config__.tag == "workload.submitted"}
+    shown: set[str] = set()
+    for e in events:
+        tag = type(e).__struct_config__.tag
+        key = tag if tag != "workload.preempted" else f"{tag}:{e.reason}"
+        if key in shown or tag not in ("workload.preempted", "workload.reserved", "host.drained",
+                                       "workload.rejected"):
+            continue
+        shown.add(key)
+        if tag == "workload.preempted":
+            s = subs[e.workload]
+            con.print(f"- {e.workload} ({s.kind}, {s.gpus} GPUs, {s.budget}) preempted: "
+                      f"[bold]{e.reason}[/] by {e.by}; "
+                      f"{'requeued' if e.requeued else 'ended (not resumable)'}")
+        elif tag == "workload.reserved":
+            con.print(f"- {e.workload} reserved {len(e.hosts)} host(s) until {e.until} "
+                      f"so it cannot starve behind protected work")
+        elif tag == "host.drained":
+            con.print(f"- host {e.host} drained for automated repair")
+        else:
+            con.print(f"- {e.workload} rejected: {e.reason} ({e.detail})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="allot", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("simulate", help="run a scenario through the scheduler in virtual time",
+                       description="Simulate SCENARIO (a TOML file, see docs/scenarios.md) with "
+                                   "the same core as production; write the event log per "
+                                   "policy, a DuckDB audit database, summary.json, plots and "
+                                   "an HTML report.")
+    p.add_argument("scenario", type=Path, help="scenario file (TOML)")
+    p.add_argument("--policy", choices=("allot", "baseline", "both"), default="both",
+                   help="which scheduler(s) to run (default: both, side by side)")
+    p.add_argument("--out", type=Path, default=Path("out/sim"), help="output directory")
+    p.add_argument("--no-plots", action="store_true", help="skip plots and the HTML report")
+    p.add_argument("--set", type=_knob, action="append", metavar="KNOB=VALUE",
+                   help="override a policy knob, e.g. --set window_s=259200 (repeatable)")
+    p.add_argument("--horizon-days", type=float, help="override the simulated span")
+    p.add_argument("--seed", type=int, help="override the scenario seed")
+    p.set_defaults(func=_simulate)
+
+    from audit.cli import register as register_audit
+
+    audit_sub = register_audit(sub)
+    p = audit_sub.add_parser(
+        "replay", help="re-derive every decision in a log and report the first divergence",
+        description="Fold LOG through the pure core in log order, re-derive every scheduler "
+                    "decision from the inputs, and compare value by value with what the log "
+                    "records. Exit status 0: identical; 1: the first divergence is printed "
+                    "(a tampered, missing or extra decision, named by line).")
+    p.add_argument("log", type=Path, help="event log (JSON lines)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=_replay)
+
+    p = sub.add_parser("explain", help="why a workload is where it is",
+                       description="Fold LOG (up to --at) and explain WORKLOAD: its fair-share "
+                                   "key level by level, its place in line, and what blocks it.")
+    p.add_argument("log", type=Path, help="event log (JSON lines)")
+    p.add_argument("workload", help="workload id")
+    p.add_argument("--at", type=int, help="explain as of this event time (Unix seconds)")
+    p.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    p.set_defaults(func=_explain)
+
+    p = sub.add_parser("demo", help="the embedded default: a small scenario end to end",
+                       description="Simulate scenarios/demo.toml under allot and the baseline, "
+                                   "print the comparison, explain a few decisions, and check "
+                                   "that replaying the log re-derives every decision.")
+    p.add_argument("--out", type=Path, default=Path("out/demo"), help="output directory")
+    p.add_argument("--no-plots", action="store_true", help="skip plots and the HTML report")
+    p.set_defaults(func=_demo)
+
+    p = sub.add_parser("schema", help="write the JSON Schema of every event to docs/",
+                       description="Write docs/events.schema.json, or --check that it is current.")
+    p.add_argument("--check", action="store_true", help="exit 1 if the published schema is stale")
+    p.set_defaults(func=_schema)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from events import MalformedEvent
+    from simulator.scenario import ScenarioError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (CliError, ScenarioError, MalformedEvent) as exc:
+        print(f"allot: {exc}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as exc:
+        print(f"allot: {exc.filename or exc}: no such file", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,35 @@
+"""Shared helpers for the benchmark scripts: timing with medians, and the machine's description."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+
+def machine() -> str:
+    """One line naming this machine: CPU model, cores, Python."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def median_seconds(fn: Callable[[], object], repeat: int, warmup: int = 2) -> tuple[float, list[float]]:
+    """Median wall time of ``fn`` over ``repeat`` runs (after ``warmup`` unmeasured runs)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), times

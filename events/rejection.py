@@ -1,0 +1,34 @@
+"""Generic rejection of an input the scheduler cannot act on.
+
+Submissions and budget edits have their own rejection events; everything else
+(a cancel of an unknown workload, a fault on an unknown host, a decision-type
+event published from outside) is answered with ``input.rejected``.
+"""
+
+from __future__ import annotations
+
+from events.base import Event
+
+
+class InputRejected(Event, kw_only=True, tag="input.rejected"):
+    """An input (``cause``) was refused, and why."""
+
+    reason: str
+    detail: str = ""
+
+
+class InputReason:
+    """Stable reason codes for ``input.rejected``."""
+
+    NOT_AN_INPUT = "not_an_input"
+    WRONG_CLUSTER = "wrong_cluster"
+    UNKNOWN_WORKLOAD = "unknown_workload"
+    NOT_RUNNING = "not_running"
+    ALREADY_ENDED = "already_ended"
+    NOT_AUTHORISED = "not_authorised"
+    UNKNOWN_HOST = "unknown_host"
+    HOST_EXISTS = "host_exists"
+    HOST_BUSY = "host_busy"
+    BAD_HOST = "bad_host"
+    HOST_HEALTHY = "host_healthy"
+    BAD_POLICY = "bad_policy"

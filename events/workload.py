@@ -1,0 +1,129 @@
+"""Workload events: the scheduling contract and its lifecycle.
+
+A workload is submitted to a budget leaf with a contract: GPUs and shape, a
+minimum runtime (protected and charged for that long; 0 means unallocated: free,
+never protected) and whether it can resume after preemption. The scheduler
+answers with ``workload.started``, ``workload.preempted`` or
+``workload.rejected``; the executor reports ``workload.finished``; the owner may
+publish ``workload.cancelled``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from events.base import Event, Slot
+
+
+class WorkloadKind:
+    """Known workload kinds (an open set: unknown kinds are accepted as-is)."""
+
+    TRAINING = "training"
+    DEBUG = "debug"
+    INTERACTIVE = "interactive"
+    EVAL = "eval"
+    BATCH = "batch"
+
+
+class WorkloadSubmitted(Event, kw_only=True, tag="workload.submitted"):
+    """A workload asks for GPUs under a budget leaf.
+
+    Shape: ``hosts`` x ``gpus_per_host`` = ``gpus``. A single-host workload may
+    omit ``gpus_per_host``; a gang must give a shape that divides evenly.
+    ``expected_duration_s`` is for simulation only; the scheduler never reads it.
+    """
+
+    workload: str
+    budget: str
+    user: str
+    gpus: int
+    hosts: int = 1
+    gpus_per_host: int | None = None
+    min_runtime_s: int
+    resumable: bool = False
+    priority: int = 0
+    kind: str = WorkloadKind.TRAINING
+    expected_duration_s: int | None = None
+
+
+class WorkloadCancelled(Event, kw_only=True, tag="workload.cancelled"):
+    """The owner (or a manager of its budget) withdraws a pending or running workload."""
+
+    workload: str
+    reason: str = ""
+
+
+class WorkloadRejected(Event, kw_only=True, tag="workload.rejected"):
+    """A submission (``cause``) was refused, and why."""
+
+    workload: str
+    reason: str
+    detail: str = ""
+
+
+class WorkloadStarted(Event, kw_only=True, tag="workload.started"):
+    """The scheduler placed a workload.
+
+    ``allocated``: charged to its budget and protected until ``protected_until``.
+    ``protected_until`` is ``null`` only under the baseline policy, for jobs that
+    opted out of preemption (protected until they end).
+    """
+
+    workload: str
+    placement: tuple[Slot, ...]
+    allocated: bool
+    protected_until: int | None
+
+
+class WorkloadReserved(Event, kw_only=True, tag="workload.reserved"):
+    """Hosts are held for a blocked large workload until its victims' protection ends.
+
+    Until ``until``, other work may start on ``hosts`` only if it ends or
+    becomes preemptible by then (backfill), so the workload cannot starve.
+    A later reservation for the same workload replaces this one.
+    """
+
+    workload: str
+    hosts: tuple[str, ...]
+    until: int
+
+
+PreemptionReason = Literal[
+    "fair_share",           # a better-ranked allocation needed the GPUs
+    "reclaim_unallocated",  # allocated work reclaimed GPUs lent to unallocated work
+    "priority",             # same allocation, higher priority (or the baseline's priority)
+    "host_drain",           # the host is degraded and the protection ended
+    "host_failure",         # the host failed: protection does not apply
+]
+
+
+class WorkloadPreempted(Event, kw_only=True, tag="workload.preempted"):
+    """A running workload was stopped by the scheduler.
+
+    ``by``: the preempting workload's id, or the host for drains and failures.
+    ``requeued``: resumable workloads go back to the queue; others end here.
+    """
+
+    workload: str
+    reason: PreemptionReason
+    by: str | None = None
+    requeued: bool
+
+
+class WorkloadFinished(Event, kw_only=True, tag="workload.finished"):
+    """The executor reports that a running workload ended by itself."""
+
+    workload: str
+    outcome: Literal["succeeded", "failed"] = "succeeded"
+
+
+class RejectReason:
+    """Stable reason codes for ``workload.rejected``."""
+
+    MIN_RUNTIME_OVER_CAP = "min_runtime_over_cap"
+    NEGATIVE_MIN_RUNTIME = "negative_min_runtime"
+    MALFORMED_SHAPE = "malformed_shape"
+    TOO_LARGE = "too_large"
+    UNKNOWN_BUDGET = "unknown_budget"
+    NOT_A_LEAF = "not_a_leaf"
+    DUPLICATE_WORKLOAD = "duplicate_workload"

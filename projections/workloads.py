@@ -1,0 +1,193 @@
+"""Workloads: the queue per budget leaf, the running set, and every lifecycle.
+
+Pending workloads are kept per leaf in the order the leaf serves them: higher
+priority first, then earlier submission, then log order. Priority never crosses
+leaves: fair share decides between leaves, priority only inside one.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+
+PENDING = "pending"
+RUNNING = "running"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+CANCELLED = "cancelled"
+PREEMPTED = "preempted"  # ended by preemption (not resumable)
+REJECTED = "rejected"
+
+ENDED = frozenset({SUCCEEDED, FAILED, CANCELLED, PREEMPTED, REJECTED})
+
+
+class Workload:
+    """A workload's contract and where it is in its lifecycle."""
+
+    __slots__ = (
+        "allocated", "budget", "expected_duration_s", "gpus", "gpus_per_host", "hosts", "id",
+        "kind", "min_runtime_s", "placement", "preemptions", "priority", "protected_until",
+        "queue_key", "resumable", "runs", "started_at", "status", "submit_event", "submitted_at",
+        "user",
+    )
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        budget: str,
+        user: str,
+        gpus: int,
+        hosts: int,
+        gpus_per_host: int,
+        min_runtime_s: int,
+        resumable: bool,
+        priority: int,
+        kind: str,
+        submitted_at: int,
+        seq: int,
+        submit_event: str,
+        expected_duration_s: int | None = None,
+    ) -> None:
+        self.id = id
+        self.budget = budget
+        self.user = user
+        self.gpus = gpus
+        self.hosts = hosts
+        self.gpus_per_host = gpus_per_host
+        self.min_runtime_s = min_runtime_s
+        self.resumable = resumable
+        self.priority = priority
+        self.kind = kind
+        self.submitted_at = submitted_at
+        self.submit_event = submit_event
+        self.expected_duration_s = expected_duration_s
+        self.status = PENDING
+        self.queue_key = (-priority, submitted_at, seq, id)
+        self.allocated = min_runtime_s > 0
+        self.started_at: int | None = None
+        self.protected_until: int | None = None
+        self.placement: tuple[tuple[str, int], ...] = ()
+        self.runs = 0
+        self.preemptions = 0
+
+    def protected_at(self, now: int) -> bool:
+        """True while the workload may not be preempted (except by a host failure)."""
+        if self.status != RUNNING:
+            return False
+        return self.protected_until is None or now < self.protected_until
+
+    def __repr__(self) -> str:
+        return f"Workload({self.id!r}, {self.budget}, {self.gpus} GPUs, {self.status})"
+
+
+def _first(item: tuple[tuple[int, int, int, str], Workload]) -> tuple[int, int, int, str]:
+    return item[0]
+
+
+class WorkloadsProjection:
+    """The fold of workload lifecycle events."""
+
+    __slots__ = ("all", "by_shape", "free_shapes", "pending", "pending_free", "running",
+                 "running_version", "seq")
+
+    def __init__(self) -> None:
+        self.all: dict[str, Workload] = {}
+        # Per leaf, in serving order: allocated work (min runtime > 0) and
+        # unallocated work (min runtime 0) queue apart, since they are served
+        # in different steps of the cycle.
+        self.pending: dict[str, list[tuple[tuple[int, int, int, str], Workload]]] = {}
+        self.pending_free: dict[str, list[tuple[tuple[int, int, int, str], Workload]]] = {}
+        self.running: dict[str, Workload] = {}
+        self.running_version = 0  # bumped whenever the running set changes (memo key)
+        self.seq = 0  # submissions seen: the last tie-breaker of the queue order
+        # (hosts, GPUs per host) -> how many unallocated workloads wait with that shape
+        self.free_shapes: dict[tuple[int, int], int] = {}
+        # Allocated pending work per leaf, split by shape (each list in serving
+        # order): a cycle visits only shapes that could start, so a small job is
+        # not stuck behind a long line of large ones it would never be compared to.
+        self.by_shape: dict[str, dict[tuple[int, int], list[tuple[tuple[int, int, int, str], Workload]]]] = {}
+
+    def submit(self, w: Workload) -> None:
+        self.all[w.id] = w
+        self.seq += 1
+        self._enqueue(w)
+
+    def _queues(self, w: Workload) -> dict[str, list[tuple[tuple[int, int, int, str], Workload]]]:
+        return self.pending if w.min_runtime_s > 0 else self.pending_free
+
+    def _enqueue(self, w: Workload) -> None:
+        w.status = PENDING
+        insort(self._queues(w).setdefault(w.budget, []), (w.queue_key, w), key=_first)
+        shape = (w.hosts, w.gpus_per_host)
+        if w.min_runtime_s == 0:
+            self.free_shapes[shape] = self.free_shapes.get(shape, 0) + 1
+        else:
+            insort(self.by_shape.setdefault(w.budget, {}).setdefault(shape, []),
+                   (w.queue_key, w), key=_first)
+
+    def _dequeue(self, w: Workload) -> None:
+        shape = (w.hosts, w.gpus_per_host)
+        if w.min_runtime_s == 0:
+            self.free_shapes[shape] -= 1
+            if not self.free_shapes[shape]:
+                del self.free_shapes[shape]
+        else:
+            shapes = self.by_shape[w.budget]
+            q = shapes[shape]
+            del q[bisect_left(q, w.queue_key, key=_first)]
+            if not q:
+                del shapes[shape]
+                if not shapes:
+                    del self.by_shape[w.budget]
+        queues = self._queues(w)
+        q = queues[w.budget]
+        del q[bisect_left(q, w.queue_key, key=_first)]
+        if not q:
+            del queues[w.budget]
+
+    def start(self, w: Workload, placement: tuple[tuple[str, int], ...], allocated: bool,
+              protected_until: int | None, now: int) -> None:
+        self._dequeue(w)
+        w.status = RUNNING
+        w.placement = placement
+        w.allocated = allocated
+        w.protected_until = protected_until
+        w.started_at = now
+        w.runs += 1
+        self.running[w.id] = w
+        self.running_version += 1
+
+    def stop(self, w: Workload, status: str) -> None:
+        """End a run: requeue (``PENDING``) or end with ``status``."""
+        del self.running[w.id]
+        self.running_version += 1
+        w.placement = ()
+        w.protected_until = None
+        if status == PENDING:
+            self._enqueue(w)
+        else:
+            w.status = status
+
+    def cancel_pending(self, w: Workload) -> None:
+        self._dequeue(w)
+        w.status = CANCELLED
+
+    def reject(self, w: Workload) -> None:
+        self._dequeue(w)
+        w.status = REJECTED
+
+    def pending_count(self) -> int:
+        return sum(len(q) for q in self.pending.values()) + sum(
+            len(q) for q in self.pending_free.values())
+
+    def leaf_has_work(self, leaf: str) -> bool:
+        return leaf in self.pending or leaf in self.pending_free or any(
+            w.budget == leaf for w in self.running.values())
+
+    def snapshot(self) -> list[tuple[object, ...]]:
+        """A canonical, comparable view (for state fingerprints)."""
+        return [
+            (w.id, w.status, w.placement, w.allocated, w.started_at, w.protected_until, w.runs,
+             w.preemptions)
+            for _, w in sorted(self.all.items())
+        ]

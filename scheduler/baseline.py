@@ -1,0 +1,133 @@
+"""The lab's old scheduler, kept as a pluggable policy for side-by-side simulation.
+
+Priority scheduling with opt-out preemption, as the brief describes it:
+
+- Jobs carry LOW/NORMAL/HIGH priority (``priority`` < 0, 0, > 0). HIGH costs
+  nothing, so in practice most jobs are HIGH.
+- A job may opt out of preemption, and since opting out costs nothing, every
+  job does so while its team is under its limit: a team may hold at most its
+  budget share of the cluster in non-preemptible GPUs at once. Over the limit a
+  job still runs, as preemptible, on idle GPUs. (allot's contract has no say
+  here: the old scheduler did not know minimum runtimes.)
+- A non-preemptible job may preempt any preemptible job; a preemptible job may
+  preempt preemptible jobs of lower priority.
+- Non-preemptible jobs are never preempted, not even to drain a faulty host:
+  they run to completion there (the maintenance gridlock the brief names).
+- Global order: priority, then submission time. No fair share, no reservations.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from projections.cluster import DEGRADED, FAILED
+from projections.workloads import Workload
+from scheduler.emit import Emitter
+from scheduler.placement import Capacity
+from scheduler.preemption import VictimIndex
+
+if TYPE_CHECKING:
+    from events import Event
+    from scheduler.state import State
+
+
+def decide(state: State, cause: str = "cycle") -> list[Event]:
+    """One cycle of the priority scheduler at ``state.now``."""
+    now = state.now
+    emit = Emitter(state.cluster, now, cause)
+    capacity = Capacity(state)
+    gone: set[str] = set()
+    victims: VictimIndex | None = None
+    running = state.workloads.running
+    team_depth = state.policy.team_depth
+    tree = state.budget
+    team_of = tree.structure().teams(team_depth)
+
+    def stop(w: Workload, reason: str, by: str | None) -> None:
+        if victims is not None and w.id not in gone:
+            victims.discard(w)
+        gone.add(w.id)
+        for h, g in w.placement:
+            capacity.give(h, g)
+        emit.preempted(w.id, reason, by, requeued=w.resumable)
+
+    # 1. Faulty hosts: preemptible work leaves at once; opt-out work stays until it ends.
+    hosts = state.cluster_state.hosts
+    for name in state.cluster_state.order:
+        h = hosts[name]
+        if h.health not in (DEGRADED, FAILED):
+            continue
+        failed = h.health == FAILED
+        left = 0
+        for wid in sorted(h.workloads):
+            if wid in gone:
+                continue
+            w = running[wid]
+            if failed or not w.allocated:
+                stop(w, "host_failure" if failed else "host_drain", by=name)
+            else:
+                left += 1
+        if left == 0:
+            emit.drained(name)
+
+    # 2. Non-preemptible GPUs held per team, against the team's limit.
+    capacity_gpus = state.cluster_state.capacity
+    held: dict[str, int] = {}
+    for w in running.values():
+        if w.allocated and w.id not in gone:
+            team = team_of[w.budget]
+            held[team] = held.get(team, 0) + w.gpus
+
+    def limit(team: str) -> int:
+        return int(tree.entitlement(team) * capacity_gpus) if team in tree else 0
+
+    # 3. Everything pending, in one global priority order.
+    queue: list[Workload] = [w for q in state.workloads.pending.values() for _, w in q]
+    queue += [w for q in state.workloads.pending_free.values() for _, w in q]
+    queue.sort(key=lambda w: w.queue_key)
+    searches = state.policy.preemption_searches
+    # Failed searches: (hosts, GPUs per host, opted out, priority). A later job
+    # asking for at least as much with no more rights cannot succeed either.
+    failed: list[tuple[int, int, bool, int]] = []
+    limits: dict[str, int] = {}
+    for w in queue[: state.policy.queue_depth * 8]:
+        team = team_of[w.budget]
+        if team not in limits:
+            limits[team] = limit(team)
+        opt_out = held.get(team, 0) + w.gpus <= limits[team]
+        n, k = w.hosts, w.gpus_per_host
+        placed = capacity.choose(n, k, now) if capacity.total_free >= n * k else None
+        if placed is None and searches > 0 and not any(
+            n >= fn and k >= fk and (fo or not opt_out) and w.priority <= fp
+            for fn, fk, fo, fp in failed
+        ):
+            searches -= 1
+            if victims is None:
+                victims = VictimIndex.for_cycle(state, gone)
+            # Only preemptible (not opted-out) jobs can be victims: if all of them
+            # and every free GPU would not do, do not search.
+            if capacity.total_free + victims.unallocated_gpus < w.gpus:
+                failed.append((n, k, opt_out, w.priority))
+                continue
+            prio = w.priority
+            plan = victims.search(
+                w.hosts, w.gpus_per_host, now, capacity,
+                lambda v, opt_out=opt_out, prio=prio: (
+                    "priority" if not v.w.allocated and (opt_out or v.w.priority < prio) else None
+                ),
+            )
+            if plan is not None:
+                for v, reason in plan.victims:
+                    stop(v.w, reason, by=w.id)
+                placed = plan.hosts
+            else:
+                failed.append((n, k, opt_out, w.priority))
+        if placed is None:
+            continue
+        for h in placed:
+            capacity.take(h, w.gpus_per_host)
+        emit.started(w.id, [(h, w.gpus_per_host) for h in placed], opt_out,
+                     None if opt_out else now)
+        if opt_out:
+            held[team] = held.get(team, 0) + w.gpus
+    return emit.events

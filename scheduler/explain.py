@@ -1,0 +1,182 @@
+"""Why a workload is where it is: its rank, its place in line, what blocks it, as data.
+
+``explain(state, workload_id)`` runs one traced cycle on the current state (a
+pure function: the state is not touched) and reads off the workload's outcome,
+then classifies what stands in its way:
+
+- ``reserved``: it holds hosts; it starts when their protection ends (``until``);
+- ``protected_victims``: enough GPUs are held by work it may preempt, once that
+  work's protection ends (``until``);
+- ``better_ranked``: the GPUs it needs are held by allocations ranked ahead of it;
+- ``fragmentation``: enough GPUs are free, but not on hosts that fit its shape;
+- ``faulty_hosts``: it would fit the cluster if its faulty hosts were healthy;
+- ``unallocated``: unallocated work only starts on free GPUs and none fit;
+- ``queue_depth``: the cycle did not reach it (bounded work per cycle).
+
+The answer also carries the fair-share key of its allocation level by level,
+which is the metric users asked to see when "priority" changed meaning.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from projections.workloads import PENDING, RUNNING
+from scheduler.cycle import Cycle, Outcome
+from scheduler.placement import NEVER
+from scheduler.ranking import Level, Ranking, commitments
+from scheduler.state import State
+
+
+class UnknownWorkload(KeyError):
+    """No workload with that id in the state."""
+
+
+class Explanation(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Everything allot can say about one workload right now."""
+
+    workload: str
+    status: str
+    budget: str
+    kind: str
+    gpus: int
+    shape: str
+    min_runtime_s: int
+    resumable: bool
+    priority: int
+    allocated: bool
+    submitted_at: int
+    now: int
+    rank: list[Level]
+    allocation_position: int       # 1-based, among allocations with pending allocated work
+    allocations: int
+    queue_position: int | None = None  # 1-based inside its leaf's queue
+    queue_length: int | None = None
+    cycle: Outcome | None = None
+    blocked_by: str | None = None
+    until: int | None = None
+    hosts: tuple[str, ...] = ()
+    placement: tuple[tuple[str, int], ...] = ()
+    protected_until: int | None = None
+    last_preemption: tuple[str, str | None, int] | None = None
+    summary: list[str] = []
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def explain(state: State, workload_id: str) -> Explanation:
+    """Explain ``workload_id`` in ``state``; raise UnknownWorkload when there is none."""
+    w = state.workloads.all.get(workload_id)
+    if w is None:
+        raise UnknownWorkload(workload_id)
+    now = state.now
+    ranking = Ranking(state, commitments(state))
+    order = [leaf for leaf in ranking.leaf_order() if leaf in state.workloads.pending]
+    levels = ranking.levels(w.budget) if w.budget in state.budget else []
+    exp = Explanation(
+        workload=w.id, status=w.status, budget=w.budget, kind=w.kind, gpus=w.gpus,
+        shape=f"{w.hosts} x {w.gpus_per_host}", min_runtime_s=w.min_runtime_s,
+        resumable=w.resumable, priority=w.priority, allocated=w.min_runtime_s > 0,
+        submitted_at=w.submitted_at, now=now, rank=levels,
+        allocation_position=order.index(w.budget) + 1 if w.budget in order else 0,
+        allocations=len(order),
+        last_preemption=state.last_preemption.get(w.id),
+    )
+    words = exp.summary
+    words.append(_rank_sentence(w.budget, levels))
+    if w.status == RUNNING:
+        exp.placement = w.placement
+        exp.protected_until = w.protected_until
+        if not w.allocated:
+            words.append("It runs unallocated: free of charge, and any allocated workload may "
+                         "preempt it.")
+        elif w.protected_until is None or w.protected_until > now:
+            until = "until it ends" if w.protected_until is None else \
+                f"for {w.protected_until - now} s more (until {w.protected_until})"
+            words.append(f"It is protected {until}; only a host failure can stop it.")
+        else:
+            words.append("Its protection has ended: a better-ranked allocation that needs its "
+                         "GPUs may preempt it (it is charged while it runs).")
+    elif w.status == PENDING:
+        queue = (state.workloads.pending if w.min_runtime_s > 0
+                 else state.workloads.pending_free).get(w.budget, [])
+        ids = [x.id for _, x in queue]
+        exp.queue_position = ids.index(w.id) + 1
+        exp.queue_length = len(ids)
+        _explain_pending(state, w, exp)
+    else:
+        words.append(f"It has ended: {w.status}.")
+    if exp.last_preemption is not None:
+        reason, by, at = exp.last_preemption
+        words.append(f"It was last preempted at {at} ({reason}" + (f", by {by})." if by else ")."))
+    return exp
+
+
+def _rank_sentence(leaf: str, levels: list[Level]) -> str:
+    if not levels:
+        return f"{leaf} is not in the budget tree."
+    parts = []
+    for lv in levels:
+        parts.append(f"{lv.node} has used {lv.usage_fraction:.0%} of its parent's usage against "
+                     f"a {lv.share_fraction:.0%} share (ratio {lv.ratio:.2f}, "
+                     f"{_ordinal(lv.position)} of {lv.siblings})")
+    return "Fair share, level by level: " + "; ".join(parts) + "."
+
+
+def _explain_pending(state: State, w, exp: Explanation) -> None:
+    trace: dict[str, Outcome] = {}
+    cycle = Cycle(state, "explain", trace)
+    cycle.run()
+    outcome = trace.get(w.id)
+    exp.cycle = outcome
+    words = exp.summary
+    words.append(f"It is {_ordinal(exp.queue_position or 0)} of {exp.queue_length} in its "
+                 f"allocation's queue (priority {w.priority}, then submission time).")
+    if outcome is not None and outcome.status == "started":
+        exp.blocked_by = None
+        exp.hosts = outcome.hosts
+        words.append("It starts at the next cycle" +
+                     (f", preempting {', '.join(outcome.victims)}." if outcome.victims else "."))
+        return
+    if outcome is not None and outcome.status == "not_examined" and outcome.reason == "queue_depth":
+        exp.blocked_by = "queue_depth"
+        words.append(f"The last cycle did not reach it: {outcome.detail}.")
+        return
+    if outcome is not None and outcome.reason == "reserved":
+        exp.blocked_by, exp.until, exp.hosts = "reserved", outcome.until, outcome.hosts
+        words.append(f"It holds a reservation on {', '.join(outcome.hosts)}: it starts by "
+                     f"{outcome.until}, when the protection of the work there ends.")
+        return
+    if w.min_runtime_s == 0:
+        exp.blocked_by = "unallocated"
+        words.append("Unallocated work only starts on free GPUs that no allocated work can use, "
+                      "and none fit its shape now.")
+        return
+    cap = cycle.capacity
+    hosts = state.cluster_state.hosts
+    fits_all = sum(1 for h in hosts.values() if h.gpus >= w.gpus_per_host) >= w.hosts
+    healthy = sum(1 for n in cap.free if hosts[n].gpus >= w.gpus_per_host)
+    if fits_all and healthy < w.hosts:
+        exp.blocked_by = "faulty_hosts"
+        words.append(f"It needs {w.hosts} healthy hosts with {w.gpus_per_host} GPUs; only "
+                     f"{healthy} are healthy now. It fits once faulty hosts are repaired.")
+        return
+    if cap.total_free >= w.gpus:
+        exp.blocked_by = "fragmentation"
+        words.append(f"{cap.total_free} GPUs are free but scattered: no {w.hosts} host(s) have "
+                     f"{w.gpus_per_host} free each.")
+        return
+    ready = cycle.ready_times(w)
+    times = sorted(ready.values())
+    if len(times) >= w.hosts and times[w.hosts - 1] < NEVER:
+        exp.blocked_by, exp.until = "protected_victims", times[w.hosts - 1]
+        words.append(f"The GPUs it needs are held by work it may preempt once that work's "
+                     f"minimum runtime ends, at {exp.until} at the latest.")
+        return
+    exp.blocked_by = "better_ranked"
+    words.append("The GPUs it needs are held by allocations that rank ahead of its own (or by "
+                 "its own higher-priority work); it starts as that work ends or as fair share "
+                 "turns in its favour.")

@@ -1,0 +1,139 @@
+"""Placement: where a workload's GPUs go, packed to keep whole hosts free.
+
+A workload of ``hosts`` x ``gpus_per_host`` needs that many distinct healthy
+hosts with that many free GPUs each: a single host for small work, a gang of
+hosts (all or nothing) for large work. Hosts are chosen least-free first
+(Kueue's LeastFreeCapacity), so small work fills partly used hosts and whole
+hosts stay free for gangs; a gang prefers hosts sharing one block, then one
+rack, when hosts carry those labels.
+
+``Capacity`` is the cycle's own copy of free GPUs: the cycle places and
+preempts against it and never touches the state.
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+
+if TYPE_CHECKING:
+    from scheduler.state import State
+
+NEVER = 1 << 62  # "no reservation ends": larger than any event time
+
+
+class Capacity:
+    """Free GPUs per schedulable host, bucketed by free count, with reservations."""
+
+    __slots__ = ("_owned", "by_free", "free", "labels", "max_gpus", "reserved", "total_free")
+
+    def __init__(self, state: State) -> None:
+        cs = state.cluster_state
+        self.max_gpus = cs.max_gpus
+        # Copy-on-write views of the cluster's own indexes: most cycles place
+        # nothing, and then nothing is copied.
+        self.free: dict[str, int] = cs.usable
+        self.by_free: list[list[str]] = cs.by_free
+        self.labels = cs.labels
+        self._owned = False
+        # host -> (time until which it is held, the blocked workload holding it)
+        self.reserved: dict[str, tuple[int, str]] = {}
+        self.total_free = sum(self.free.values())
+
+    # -- mutation (cycle-local) -----------------------------------------------------
+
+    def _own(self) -> None:
+        self.free = dict(self.free)
+        self.by_free = [list(b) for b in self.by_free]
+        self._owned = True
+
+    def _move(self, host: str, delta: int) -> None:
+        if not self._owned:
+            self._own()
+        f = self.free[host]
+        self.by_free[f].remove(host)
+        f += delta
+        self.free[host] = f
+        insort(self.by_free[f], host)
+        self.total_free += delta
+
+    def take(self, host: str, gpus: int) -> None:
+        self._move(host, -gpus)
+
+    def give(self, host: str, gpus: int) -> None:
+        if host in self.free:  # GPUs on faulty hosts are not schedulable capacity
+            self._move(host, gpus)
+
+    def reserve(self, host: str, until: int, holder: str) -> None:
+        current = self.reserved.get(host)
+        if current is None or until < current[0]:
+            self.reserved[host] = (until, holder)
+
+    # -- queries --------------------------------------------------------------------
+
+    def allowed(self, host: str, ends_by: int, who: str = "",
+                backfill_ok: Callable[[str], bool] | None = None) -> bool:
+        """May ``who``'s work, done or preemptible by ``ends_by``, go on ``host``?
+
+        A reserved host takes other work only as backfill: work that ends or
+        loses its protection by the reservation's end, and that its holder will
+        then be allowed to preempt (``backfill_ok(holder)``; None: always).
+        """
+        r = self.reserved.get(host)
+        if r is None or r[1] == who:
+            return True
+        if ends_by > r[0]:
+            return False
+        return backfill_ok is None or backfill_ok(r[1])
+
+    def choose(self, hosts: int, per_host: int, ends_by: int, who: str = "",
+               backfill_ok: Callable[[str], bool] | None = None) -> list[str] | None:
+        """The hosts to use for ``hosts`` x ``per_host`` GPUs, or None when it does not fit."""
+        if per_host > self.max_gpus or self.total_free < hosts * per_host:
+            return None
+        by_free = self.by_free
+        reserved = self.reserved
+        if hosts == 1:
+            for f in range(per_host, self.max_gpus + 1):
+                for name in by_free[f]:
+                    if not reserved or self.allowed(name, ends_by, who, backfill_ok):
+                        return [name]
+            return None
+        eligible = [
+            name
+            for f in range(per_host, self.max_gpus + 1)
+            for name in by_free[f]
+            if not reserved or self.allowed(name, ends_by, who, backfill_ok)
+        ]
+        if len(eligible) < hosts:
+            return None
+        return pack(eligible, hosts, self.free, self.labels)
+
+
+def pack(
+    eligible: list[str],
+    n: int,
+    free: dict[str, int],
+    labels: dict[str, tuple[str | None, str | None]],
+) -> list[str]:
+    """Pick ``n`` of ``eligible`` (sorted least-free first): one block, else one rack, else any.
+
+    Among groups that can hold the whole gang, the one left with the least free
+    GPUs after packing wins (the tightest fit), then the label name.
+    """
+    for level in (0, 1):  # 0: block, 1: rack
+        groups: dict[str, list[str]] = {}
+        for name in eligible:
+            label = labels[name][level]
+            if label is not None:
+                groups.setdefault(label, []).append(name)
+        fitting = [
+            (sum(free[h] for h in members[:n]), label, members[:n])
+            for label, members in groups.items()
+            if len(members) >= n
+        ]
+        if fitting:
+            return min(fitting)[2]
+    return eligible[:n]

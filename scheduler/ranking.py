@@ -1,0 +1,222 @@
+"""Hierarchical fair share: which allocation is served next, level by level.
+
+Among siblings, the node with the lowest *usage per share* goes first (Slurm's
+Fair Tree Level FS = S/U, inverted); ties go to the larger share, then the name.
+A leaf's place in the global order is the tree walked depth first with every
+node's children in that order, so a node never jumps ahead of an under-served
+sibling of one of its ancestors.
+
+*Usage* here is the GPU-seconds charged inside the lookback window plus the
+charge already committed by running allocated workloads (GPUs x protected time
+left). Counting the commitment keeps the key continuous over time (usage grows
+exactly as the commitment shrinks) and lets one cycle spread a burst of free
+GPUs across allocations: each admission commits its minimum runtime and moves
+its allocation down the order at once.
+
+Everything is integers (GPU-seconds, share weights), so comparisons are exact.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import msgspec
+
+if TYPE_CHECKING:
+    from scheduler.state import State
+
+
+def fair_share_time(state: State) -> int:
+    """The instant fair share is evaluated at: now, rounded down to the policy's period."""
+    period = state.policy.fair_share_period_s
+    return state.now - state.now % period
+
+
+def commitments(state: State) -> dict[str, int]:
+    """GPU-seconds each leaf's running allocated workloads are still protected for.
+
+    Counted from the fair-share instant (see ``fair_share_time``), so that usage
+    (read exactly at that instant) plus commitment stays constant while work
+    runs: what accrues is exactly what the commitment loses.
+    """
+    now = fair_share_time(state)
+    key = (state.workloads.running_version, now)
+    cached = state.memo.get("commitments")
+    if cached is not None and cached[0] == key:  # type: ignore[index]
+        return cached[1]  # type: ignore[index, no-any-return]
+    out: dict[str, int] = {}
+    for w in state.workloads.running.values():
+        until = w.protected_until
+        if w.allocated and until is not None:
+            # Measured from the fair-share instant, or from its start if it began
+            # later (its run since then is not in the usage read at that instant).
+            since = now if w.started_at is None or w.started_at < now else w.started_at
+            if until > since:
+                out[w.budget] = out.get(w.budget, 0) + w.gpus * (until - since)
+    state.memo["commitments"] = (key, out)
+    return out
+
+
+class Level(msgspec.Struct, frozen=True):
+    """One level of a leaf's rank key, for explanations."""
+
+    node: str
+    usage_gpu_s: int           # window usage + committed, GPU-seconds
+    usage_fraction: float      # of the parent's usage (0 when the parent has none)
+    share_fraction: float      # of the parent's shares
+    ratio: float               # usage_fraction / share_fraction: < 1 means under-served
+    position: int              # 1-based place among its siblings
+    siblings: int
+
+
+class Ranking:
+    """The fair-share order for one cycle; admissions update it as the cycle goes."""
+
+    __slots__ = ("_dirty", "_paths", "_sorted", "active", "children", "parent", "shares", "tree",
+                 "use", "version")
+
+    def __init__(self, state: State, committed: dict[str, int]) -> None:
+        tree = state.budget
+        self.tree = tree
+        st = tree.structure()
+        self.shares = st.shares
+        self.children = st.children
+        self.parent = st.parent
+        use = state.usage.usage_of(st.leaves, fair_share_time(state))
+        for leaf, c in committed.items():
+            if leaf in use:
+                use[leaf] += c
+        for path, kids in st.internal:
+            use[path] = sum([use[c] for c in kids])
+        self.use: dict[str, int] = use
+        self._sorted: dict[str, list[str]] = {}
+        self._dirty: set[str] = set(self.children)
+        self.active: dict[str, int] = {}
+        self._paths: dict[str, list[str]] = st.paths
+        self.version = 0  # bumped by every in-cycle commitment
+
+    # -- order -------------------------------------------------------------------
+
+    def _key(self, path: str) -> tuple[int, float, int, str]:
+        s = self.shares[path]
+        if s <= 0:
+            return (1, 0.0, 0, path)  # zero-share nodes are served last
+        return (0, self.use[path] / s, -s, path)
+
+    def sorted_children(self, path: str) -> list[str]:
+        if path in self._dirty:
+            self._sorted[path] = sorted(self.children[path], key=self._key)
+            self._dirty.discard(path)
+        return self._sorted[path]
+
+    def leaf_order(self) -> list[str]:
+        """Every leaf, best-served-next first."""
+        root = self.tree.root
+        if root is None:
+            return []
+        out: list[str] = []
+        stack = [root]
+        while stack:
+            p = stack.pop()
+            if p in self.children:
+                stack.extend(reversed(self.sorted_children(p)))
+            else:
+                out.append(p)
+        return out
+
+    # -- walking with admissions ---------------------------------------------------
+
+    def activate(self, leaves: list[str]) -> None:
+        """Mark leaves that have candidates; best() only descends into active subtrees."""
+        for leaf in leaves:
+            p: str | None = leaf
+            while p is not None:
+                self.active[p] = self.active.get(p, 0) + 1
+                p = self.parent.get(p)
+
+    def deactivate(self, leaf: str) -> None:
+        p: str | None = leaf
+        while p is not None:
+            self.active[p] -= 1
+            p = self.parent.get(p)
+
+    def best(self) -> str | None:
+        """The best-ranked active leaf, or None."""
+        p = self.tree.root
+        if p is None or not self.active.get(p):
+            return None
+        active = self.active
+        while p in self.children:
+            for c in self.sorted_children(p):
+                if active.get(c):
+                    p = c
+                    break
+            else:  # pragma: no cover - active counts guarantee a child
+                return None
+        return p
+
+    def commit(self, leaf: str, gpu_seconds: int) -> None:
+        """An admission in this cycle: charge its commitment up the path and re-sort."""
+        if not gpu_seconds:
+            return
+        self.version += 1
+        p: str | None = leaf
+        while p is not None:
+            self.use[p] += gpu_seconds
+            parent = self.parent.get(p)
+            if parent is not None:
+                self._dirty.add(parent)
+            p = parent
+
+    # -- preemption rule -------------------------------------------------------------
+
+    def may_preempt(self, leaf: str, commitment: int, victim_leaf: str) -> bool:
+        """Fair-share preemption test (Kueue's LessThanOrEqualToFinalShare, made strict).
+
+        At the level where the two paths part, the preemptor's side, *after*
+        adding its own commitment, must still be strictly less used per share
+        than the victim's side. After the preemption the victim's side is then
+        the more used one, so the victim cannot preempt straight back: no thrash.
+        """
+        a = self._paths[leaf]
+        b = self._paths[victim_leaf]
+        i = 0
+        n = min(len(a), len(b))
+        while i < n and a[i] == b[i]:
+            i += 1
+        if i == n:
+            return False  # same leaf (or one contains the other): not a fair-share question
+        x = a[i]
+        y = b[i]
+        sx, sy = self.shares[x], self.shares[y]
+        if sx <= 0:
+            return False
+        if sy <= 0:
+            return True
+        # (use_x + c) / sx < use_y / sy, in integers
+        return (self.use[x] + commitment) * sy < self.use[y] * sx
+
+    # -- explanation -----------------------------------------------------------------
+
+    def levels(self, leaf: str) -> list[Level]:
+        """The rank key of ``leaf``, level by level from the root's children down."""
+        out: list[Level] = []
+        parts = leaf.split("/")
+        for i in range(1, len(parts)):
+            node = "/".join(parts[: i + 1])
+            parent = "/".join(parts[:i])
+            sibs = self.sorted_children(parent)
+            total_shares = sum(self.shares[s] for s in sibs)
+            parent_use = self.use[parent]
+            share_f = self.shares[node] / total_shares if total_shares else 0.0
+            use_f = self.use[node] / parent_use if parent_use else 0.0
+            out.append(Level(
+                node=node,
+                usage_gpu_s=self.use[node],
+                usage_fraction=use_f,
+                share_fraction=share_f,
+                ratio=(use_f / share_f) if share_f else float("inf"),
+                position=sibs.index(node) + 1,
+                siblings=len(sibs),
+            ))
+        return out

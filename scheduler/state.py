@@ -1,0 +1,245 @@
+"""The scheduler's state: every projection, folded by one ``apply`` used live and on replay.
+
+``State.apply(event)`` is the only way state changes. For inputs it first asks
+validation for a verdict and folds only valid inputs, so folding a recorded log
+(without running decide) reaches exactly the state the live scheduler had. It
+tracks its position in the log and the ids it has seen, so an event delivered
+twice (at-least-once transport) changes nothing the second time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+
+import msgspec
+
+from events import (
+    BudgetEditRejected,
+    BudgetNodeDefined,
+    BudgetSharesSet,
+    ClockTicked,
+    Event,
+    HostAdded,
+    HostDrained,
+    HostFaulted,
+    HostRemoved,
+    HostRepaired,
+    InputRejected,
+    PolicyConfigured,
+    WorkloadCancelled,
+    WorkloadFinished,
+    WorkloadPreempted,
+    WorkloadRejected,
+    WorkloadReserved,
+    WorkloadStarted,
+    WorkloadSubmitted,
+)
+from projections import BudgetTree, ClusterProjection, UsageProjection, Workload, WorkloadsProjection
+from projections.workloads import CANCELLED, PENDING, PREEMPTED
+from scheduler.validation import shape_of, validate
+from scheduler.verdict import Ignore, Reject, Verdict
+
+DEFAULT_POLICY = PolicyConfigured(id="default-policy", at=0, actor="allot", source="allot")
+# The verdict on an event id folded before: at-least-once delivery makes these normal.
+DUPLICATE = Ignore("duplicate event id")
+
+
+class State:
+    """All projections of one cluster, plus the clock, the policy and the dedupe window."""
+
+    def __init__(self, cluster: str = "default") -> None:
+        self.cluster = cluster
+        self.policy = DEFAULT_POLICY
+        self.now = 0
+        self.budget = BudgetTree()
+        self.usage = UsageProjection(self.policy.window_s, self.policy.bucket_s,
+                                     self.policy.fair_share_period_s)
+        self.cluster_state = ClusterProjection()
+        self.workloads = WorkloadsProjection()
+        # Position in the log: how many events were folded, and the last one's id.
+        self.position = 0
+        # Bumped by every folded event that is not a tick: equal versions mean
+        # nothing but time has changed (the engine's idle-cycle memo relies on it).
+        self.version = 0
+        self.last_id: str | None = None
+        # Dedupe: ids seen within the policy's dedupe window (by event time).
+        self._seen: set[str] = set()
+        self._seen_order: deque[tuple[int, str]] = deque()
+        # Hosts held for blocked large workloads: workload -> (hosts, until).
+        self.reservations: dict[str, tuple[tuple[str, ...], int]] = {}
+        # Derived values cycles reuse while their inputs are unchanged (victim index,
+        # commitments). A cache only: never part of the state's identity.
+        self.memo: dict[str, object] = {}
+        # Why each workload last left a host (for explain): (reason, by, at).
+        self.last_preemption: dict[str, tuple[str, str | None, int]] = {}
+        self._fold = {
+            PolicyConfigured: self._policy,
+            BudgetNodeDefined: self._node_defined,
+            BudgetSharesSet: self._shares_set,
+            HostAdded: self._host_added,
+            HostRemoved: self._host_removed,
+            HostFaulted: self._host_faulted,
+            HostRepaired: self._host_repaired,
+            HostDrained: self._host_drained,
+            WorkloadSubmitted: self._submitted,
+            WorkloadCancelled: self._cancelled,
+            WorkloadFinished: self._finished,
+            WorkloadStarted: self._started,
+            WorkloadPreempted: self._preempted,
+            WorkloadReserved: self._reserved,
+            ClockTicked: _noop,
+            WorkloadRejected: _noop,
+            BudgetEditRejected: _noop,
+            InputRejected: _noop,
+        }
+
+    # -- dedupe -----------------------------------------------------------------
+
+    def _remember(self, event: Event) -> None:
+        self._seen.add(event.id)
+        order = self._seen_order
+        order.append((event.at, event.id))
+        horizon = self.now - self.policy.dedupe_window_s
+        while order[0][0] < horizon:
+            self._seen.discard(order.popleft()[1])
+
+    # -- fold -------------------------------------------------------------------
+
+    def apply(self, event: Event, trusted: bool | None = None) -> Verdict:
+        """Fold one event; return the verdict on it when it is an input.
+
+        ``trusted`` events are the scheduler's own decisions and are folded as
+        facts; everything else is an input, validated first (an invalid input is
+        recorded as seen but changes nothing else). By default an event is trusted
+        when it carries a ``cause``, which is how a recorded journal reads; the
+        engine passes ``trusted=False`` for what arrives from outside, whatever it
+        claims to be.
+        """
+        if event.id in self._seen:
+            return DUPLICATE
+        if event.at > self.now:
+            self.now = event.at
+        self.position += 1
+        self.last_id = event.id
+        self._remember(event)
+        verdict: Verdict = None
+        if not (event.cause is not None if trusted is None else trusted):
+            verdict = validate(self, event)
+            if verdict is not None:
+                return verdict
+        self._fold[type(event)](event)
+        if type(event) is not ClockTicked:
+            self.version += 1
+        return verdict
+
+    # -- helpers for validation ---------------------------------------------------
+
+    def leaf_has_work(self, leaf: str) -> bool:
+        return self.workloads.leaf_has_work(leaf)
+
+    # -- per-type folds -------------------------------------------------------------
+
+    def _policy(self, e: PolicyConfigured) -> None:
+        self.policy = e
+        self.usage.reconfigure(e.window_s, e.bucket_s, e.fair_share_period_s)
+
+    def _node_defined(self, e: BudgetNodeDefined) -> None:
+        self.budget.define(e.path, e.managers, e.shares)
+
+    def _shares_set(self, e: BudgetSharesSet) -> None:
+        self.budget.set_shares(e.parent, {cs.child: cs.shares for cs in e.shares})
+
+    def _host_added(self, e: HostAdded) -> None:
+        self.cluster_state.add(e.host, e.gpus, e.rack, e.block)
+
+    def _host_removed(self, e: HostRemoved) -> None:
+        self.cluster_state.remove(e.host)
+
+    def _host_faulted(self, e: HostFaulted) -> None:
+        self.cluster_state.fault(e.host, e.severity, e.reason, self.now)
+
+    def _host_repaired(self, e: HostRepaired) -> None:
+        self.cluster_state.repaired(e.host)
+
+    def _host_drained(self, e: HostDrained) -> None:
+        self.cluster_state.drained(e.host)
+
+    def _submitted(self, e: WorkloadSubmitted) -> None:
+        shape = shape_of(e)
+        assert not isinstance(shape, str)  # validation guarantees a shape
+        wl = self.workloads
+        self.workloads.submit(Workload(
+            id=e.workload, budget=e.budget, user=e.user, gpus=e.gpus, hosts=shape[0],
+            gpus_per_host=shape[1], min_runtime_s=e.min_runtime_s, resumable=e.resumable,
+            priority=e.priority, kind=e.kind, submitted_at=self.now, seq=wl.seq,
+            submit_event=e.id, expected_duration_s=e.expected_duration_s,
+        ))
+
+    def _end_run(self, w: Workload, status: str) -> None:
+        if w.allocated:
+            self.usage.change_rate(w.budget, -w.gpus, self.now)
+        self.cluster_state.release(w.id, w.placement)
+        self.workloads.stop(w, status)
+
+    def _reserved(self, e: WorkloadReserved) -> None:
+        self.reservations[e.workload] = (e.hosts, e.until)
+
+    def _cancelled(self, e: WorkloadCancelled) -> None:
+        w = self.workloads.all[e.workload]
+        self.reservations.pop(w.id, None)
+        if w.status == PENDING:
+            self.workloads.cancel_pending(w)
+        else:
+            self._end_run(w, CANCELLED)
+
+    def _finished(self, e: WorkloadFinished) -> None:
+        self._end_run(self.workloads.all[e.workload], e.outcome)
+
+    def _started(self, e: WorkloadStarted) -> None:
+        w = self.workloads.all[e.workload]
+        self.reservations.pop(w.id, None)
+        placement = tuple((s.host, s.gpus) for s in e.placement)
+        self.workloads.start(w, placement, e.allocated, e.protected_until, self.now)
+        self.cluster_state.allocate(w.id, placement)
+        if e.allocated:
+            self.usage.change_rate(w.budget, w.gpus, self.now)
+
+    def _preempted(self, e: WorkloadPreempted) -> None:
+        w = self.workloads.all[e.workload]
+        w.preemptions += 1
+        self.last_preemption[w.id] = (e.reason, e.by, self.now)
+        self._end_run(w, PENDING if e.requeued else PREEMPTED)
+
+    # -- comparison -------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, object]:
+        """Everything that defines this state, in a canonical comparable form."""
+        return {
+            "cluster": self.cluster,
+            "now": self.now,
+            "position": self.position,
+            "policy": msgspec.to_builtins(self.policy),
+            "budget": self.budget.snapshot(),
+            "usage": self.usage.snapshot(),
+            "hosts": self.cluster_state.snapshot(),
+            "workloads": self.workloads.snapshot(),
+            "reservations": sorted(self.reservations.items()),
+            "queues": {
+                leaf: [w.id for _, w in q]
+                for leaf, q in sorted({**self.workloads.pending,
+                                       **{f"{k}#free": v for k, v in
+                                          self.workloads.pending_free.items()}}.items())
+            },
+        }
+
+    def fingerprint(self) -> str:
+        """A digest of ``snapshot()``: equal states have equal fingerprints."""
+        return hashlib.sha256(msgspec.json.encode(self.snapshot())).hexdigest()
+
+
+def _noop(event: Event) -> None:
+    return None
+
+
+__all__ = ["DEFAULT_POLICY", "DUPLICATE", "Ignore", "Reject", "State"]

@@ -1,0 +1,270 @@
+"""Validation of inputs against the current state: clear reasons, never exceptions.
+
+The same function gates the fold (an invalid input changes nothing, live or on
+replay) and feeds the rejection events, so the reason a producer sees is the
+exact rule that refused its input.
+"""
+
+from __future__ import annotations
+
+import re
+
+from events import (
+    DERIVED_TAGS,
+    BudgetEditReason,
+    BudgetNodeDefined,
+    BudgetSharesSet,
+    ClockTicked,
+    Event,
+    HostAdded,
+    HostFaulted,
+    HostRemoved,
+    HostRepaired,
+    InputReason,
+    PolicyConfigured,
+    RejectReason,
+    WorkloadCancelled,
+    WorkloadFinished,
+    WorkloadSubmitted,
+)
+from projections.budget_tree import parent_of
+from projections.cluster import OK
+from projections.workloads import ENDED, PENDING, RUNNING
+from scheduler.verdict import Ignore, Reject, Verdict
+
+_SEGMENT = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def shape_of(e: WorkloadSubmitted) -> tuple[int, int] | str:
+    """``(hosts, gpus_per_host)`` of a submission, or why the shape is malformed."""
+    if e.gpus < 1:
+        return f"gpus must be >= 1, got {e.gpus}"
+    if e.hosts < 1:
+        return f"hosts must be >= 1, got {e.hosts}"
+    per = e.gpus_per_host
+    if per is None:
+        if e.gpus % e.hosts:
+            return f"{e.gpus} GPUs do not split evenly over {e.hosts} hosts"
+        per = e.gpus // e.hosts
+    if per < 1:
+        return f"gpus_per_host must be >= 1, got {per}"
+    if per * e.hosts != e.gpus:
+        return f"{e.hosts} hosts x {per} GPUs is {e.hosts * per}, not gpus={e.gpus}"
+    return e.hosts, per
+
+
+def validate(state: object, e: Event) -> Verdict:
+    """The verdict on input ``e`` in ``state`` (a scheduler.state.State)."""
+    from scheduler.state import State  # local: avoid an import cycle
+
+    assert isinstance(state, State)
+    if e.cluster != state.cluster:
+        return Reject("input", InputReason.WRONG_CLUSTER,
+                      f"event for cluster {e.cluster!r} sent to {state.cluster!r}")
+    if e.cause is not None:
+        return Reject("input", InputReason.NOT_AN_INPUT,
+                      f"inputs carry no cause (got cause={e.cause!r}); "
+                      f"only the scheduler derives events")
+    check = _CHECKS.get(type(e))
+    if check is None:
+        tag = type(e).__struct_config__.tag
+        if tag in DERIVED_TAGS:
+            return Reject("input", InputReason.NOT_AN_INPUT,
+                          f"{tag} is decided by the scheduler and cannot be published as input")
+        return None
+    return check(state, e)
+
+
+def _policy(state, e: PolicyConfigured) -> Verdict:
+    root = state.budget.root
+    if root is not None and not state.budget.can_manage(e.actor, root):
+        return Reject("input", InputReason.NOT_AUTHORISED,
+                      f"{e.actor!r} does not manage the budget root {root!r}")
+    positive = ("window_s", "bucket_s", "host_gpus", "queue_depth", "preemption_searches",
+                "fair_share_period_s")
+    for name in positive:
+        if getattr(e, name) < 1:
+            return Reject("input", InputReason.BAD_POLICY, f"{name} must be >= 1")
+    if e.min_runtime_cap_s < 0 or e.reservations < 0 or e.team_depth < 0 or e.dedupe_window_s < 0:
+        return Reject("input", InputReason.BAD_POLICY, "negative knob")
+    if e.window_s < e.bucket_s:
+        return Reject("input", InputReason.BAD_POLICY, "window_s must be >= bucket_s")
+    if e.bucket_s != state.usage.bucket_s and any(
+        u.lifetime or u.rate for u in state.usage.leaves.values()
+    ):
+        return Reject("input", InputReason.BAD_POLICY,
+                      "bucket_s cannot change once usage is recorded")
+    return None
+
+
+def _valid_path(path: str) -> bool:
+    return bool(path) and all(_SEGMENT.match(s) for s in path.split("/"))
+
+
+def _node_defined(state, e: BudgetNodeDefined) -> Verdict:
+    tree = state.budget
+    if not _valid_path(e.path):
+        return Reject("budget", BudgetEditReason.BAD_PATH,
+                      f"{e.path!r}: segments must match [A-Za-z0-9_.-]+")
+    if e.path in tree:
+        return Reject("budget", BudgetEditReason.ALREADY_DEFINED, f"{e.path!r} exists")
+    if e.shares < 0:
+        return Reject("budget", BudgetEditReason.BAD_SHARES, "shares must be >= 0")
+    parent = parent_of(e.path)
+    if parent is None:
+        if tree.root is not None:
+            return Reject("budget", BudgetEditReason.BAD_PATH,
+                          f"the tree already has the root {tree.root!r}")
+        return None  # bootstrap: the first root defines the admins
+    if parent not in tree:
+        return Reject("budget", BudgetEditReason.UNKNOWN_NODE, f"parent {parent!r} is not defined")
+    if not tree.can_manage(e.actor, parent):
+        return Reject("budget", BudgetEditReason.NOT_A_MANAGER,
+                      f"{e.actor!r} does not manage {parent!r} or any ancestor")
+    if tree.is_leaf(parent) and state.leaf_has_work(parent):
+        return Reject("budget", BudgetEditReason.PARENT_HAS_WORKLOADS,
+                      f"{parent!r} is a leaf with pending or running workloads")
+    return None
+
+
+def _shares_set(state, e: BudgetSharesSet) -> Verdict:
+    tree = state.budget
+    if e.parent not in tree:
+        return Reject("budget", BudgetEditReason.UNKNOWN_NODE, f"{e.parent!r} is not defined")
+    if not tree.can_manage(e.actor, e.parent):
+        return Reject("budget", BudgetEditReason.NOT_A_MANAGER,
+                      f"{e.actor!r} does not manage {e.parent!r} or any ancestor")
+    if not e.shares:
+        return Reject("budget", BudgetEditReason.BAD_SHARES, "no shares given")
+    for cs in e.shares:
+        if f"{e.parent}/{cs.child}" not in tree:
+            return Reject("budget", BudgetEditReason.UNKNOWN_NODE,
+                          f"{e.parent}/{cs.child} is not defined")
+        if cs.shares < 0:
+            return Reject("budget", BudgetEditReason.BAD_SHARES,
+                          f"{cs.child}: shares must be >= 0")
+    return None
+
+
+def _host_added(state, e: HostAdded) -> Verdict:
+    if e.host in state.cluster_state.hosts:
+        return Reject("input", InputReason.HOST_EXISTS, f"host {e.host!r} exists")
+    if e.gpus < 1 or not e.host:
+        return Reject("input", InputReason.BAD_HOST, "a host needs a name and >= 1 GPU")
+    return None
+
+
+def _host_known(state, host: str) -> Verdict:
+    if host not in state.cluster_state.hosts:
+        return Reject("input", InputReason.UNKNOWN_HOST, f"host {host!r} is not in the cluster")
+    return None
+
+
+def _host_removed(state, e: HostRemoved) -> Verdict:
+    bad = _host_known(state, e.host)
+    if bad:
+        return bad
+    if state.cluster_state.hosts[e.host].workloads:
+        return Reject("input", InputReason.HOST_BUSY,
+                      f"host {e.host!r} runs workloads; fault it to drain first")
+    return None
+
+
+def _host_faulted(state, e: HostFaulted) -> Verdict:
+    return _host_known(state, e.host)
+
+
+def _host_repaired(state, e: HostRepaired) -> Verdict:
+    bad = _host_known(state, e.host)
+    if bad:
+        return bad
+    if state.cluster_state.hosts[e.host].health == OK:
+        return Reject("input", InputReason.HOST_HEALTHY, f"host {e.host!r} is not faulty")
+    return None
+
+
+def _same_contract(w, e: WorkloadSubmitted) -> bool:
+    return (w.budget, w.user, w.gpus, w.hosts, w.min_runtime_s, w.resumable, w.priority,
+            w.kind) == (e.budget, e.user, e.gpus, e.hosts, e.min_runtime_s, e.resumable,
+                        e.priority, e.kind)
+
+
+def _submitted(state, e: WorkloadSubmitted) -> Verdict:
+    existing = state.workloads.all.get(e.workload)
+    if existing is not None:
+        if _same_contract(existing, e):
+            return Ignore(f"{e.workload!r} was already submitted with the same contract")
+        return Reject("workload", RejectReason.DUPLICATE_WORKLOAD,
+                      f"{e.workload!r} exists with a different contract")
+    tree = state.budget
+    if e.budget not in tree:
+        return Reject("workload", RejectReason.UNKNOWN_BUDGET, f"no budget node {e.budget!r}")
+    if not tree.is_leaf(e.budget):
+        return Reject("workload", RejectReason.NOT_A_LEAF,
+                      f"{e.budget!r} has children; submit to one of its leaves")
+    policy = state.policy
+    if e.min_runtime_s < 0:
+        return Reject("workload", RejectReason.NEGATIVE_MIN_RUNTIME, "min_runtime_s must be >= 0")
+    if e.min_runtime_s > policy.min_runtime_cap_s:
+        return Reject("workload", RejectReason.MIN_RUNTIME_OVER_CAP,
+                      f"min_runtime_s={e.min_runtime_s} exceeds the cap of "
+                      f"{policy.min_runtime_cap_s} s")
+    shape = shape_of(e)
+    if isinstance(shape, str):
+        return Reject("workload", RejectReason.MALFORMED_SHAPE, shape)
+    hosts, per = shape
+    if per > policy.host_gpus:
+        return Reject("workload", RejectReason.MALFORMED_SHAPE,
+                      f"{per} GPUs per host exceed the {policy.host_gpus}-GPU host; "
+                      f"ask for hosts={-(-e.gpus // policy.host_gpus)}")
+    fitting = state.cluster_state.hosts_with_at_least(per)
+    if hosts > fitting:
+        return Reject("workload", RejectReason.TOO_LARGE,
+                      f"needs {hosts} hosts with {per} GPUs; the cluster has {fitting}")
+    return None
+
+
+def _owner_or_manager(state, actor: str, w) -> bool:
+    return actor == w.user or state.budget.can_manage(actor, w.budget)
+
+
+def _cancelled(state, e: WorkloadCancelled) -> Verdict:
+    w = state.workloads.all.get(e.workload)
+    if w is None:
+        return Reject("input", InputReason.UNKNOWN_WORKLOAD, f"no workload {e.workload!r}")
+    if w.status in ENDED:
+        return Reject("input", InputReason.ALREADY_ENDED, f"{e.workload!r} is {w.status}")
+    if not _owner_or_manager(state, e.actor, w):
+        return Reject("input", InputReason.NOT_AUTHORISED,
+                      f"{e.actor!r} is neither the owner nor a manager of {w.budget!r}")
+    return None
+
+
+def _finished(state, e: WorkloadFinished) -> Verdict:
+    w = state.workloads.all.get(e.workload)
+    if w is None:
+        return Reject("input", InputReason.UNKNOWN_WORKLOAD, f"no workload {e.workload!r}")
+    if w.status != RUNNING:
+        return Reject("input", InputReason.NOT_RUNNING, f"{e.workload!r} is {w.status}")
+    return None
+
+
+def _tick(state, e: ClockTicked) -> Verdict:
+    return None
+
+
+_CHECKS = {
+    PolicyConfigured: _policy,
+    BudgetNodeDefined: _node_defined,
+    BudgetSharesSet: _shares_set,
+    HostAdded: _host_added,
+    HostRemoved: _host_removed,
+    HostFaulted: _host_faulted,
+    HostRepaired: _host_repaired,
+    WorkloadSubmitted: _submitted,
+    WorkloadCancelled: _cancelled,
+    WorkloadFinished: _finished,
+    ClockTicked: _tick,
+}
+
+__all__ = ["PENDING", "shape_of", "validate"]

@@ -1,0 +1,289 @@
+"""The simulation loop: the same engine as production, in virtual time.
+
+The driver plays the world around the scheduler: it publishes submissions at
+their times, plays the executor (a started workload finishes after the run time
+it still needs; a resumable one keeps its progress across preemptions), the
+impatient user (a workload not started within its patience is cancelled), the
+host monitors (seeded faults; repairs after a host drained) and the ticker.
+It jumps from one schedulable moment to the next: a moment is any time with an
+input, a protection ending, or the periodic tick. Every input and every
+decision goes into one log, in order, exactly as the live journal would hold
+them, so the log replays bit for bit.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+
+from events import (
+    Event,
+    HostDrained,
+    PolicyConfigured,
+    WorkloadCancelled,
+    WorkloadFinished,
+    WorkloadPreempted,
+    WorkloadStarted,
+)
+from events.factory import Inputs
+from projections.cluster import OK
+from projections.workloads import PENDING
+from scheduler import Engine
+from simulator.scenario import Scenario
+from simulator.sources import SourceOutput, explicit, generator, philly
+from simulator.spec import BudgetNodeSpec, WorkloadSpec
+
+# Order of work at one moment: capacity comes back before new work arrives,
+# and the cycle (tick) runs last, seeing everything that happened at that time.
+FINISH, REPAIR, FAULT, SUBMIT, CANCEL, TICK = range(6)
+
+
+class SimResult(msgspec.Struct, kw_only=True):
+    """What one simulated run produced."""
+
+    policy: str
+    log: list[Event]
+    wall_seconds: float
+    sim_seconds: int
+    cycles: int
+    workloads: int
+    demand_ratio: float  # mean GPUs wanted (pending + running) / cluster GPUs
+
+
+def load_sources(scenario: Scenario, base_dir: Path) -> SourceOutput:
+    """Every source's nodes and workloads, merged (workload ids must be unique)."""
+    nodes: dict[str, BudgetNodeSpec] = {}
+    workloads: list[WorkloadSpec] = []
+    for i, cfg in enumerate(scenario.sources):
+        seed = scenario.seed * 1000 + i
+        if isinstance(cfg, generator.Config):
+            cfg = msgspec.structs.replace(
+                cfg,
+                capacity_gpus=cfg.capacity_gpus or scenario.capacity_gpus,
+                horizon_s=cfg.horizon_s or scenario.horizon_s,
+            )
+            scenario_nodes = [BudgetNodeSpec(path=n.path, shares=n.shares, managers=n.managers)
+                              for n in scenario.budget.nodes]
+            out = generator.load(cfg, seed=seed, base_dir=base_dir, tree=scenario_nodes)
+        elif isinstance(cfg, explicit.Config):
+            out = explicit.load(cfg, seed=seed, base_dir=base_dir)
+        else:
+            out = philly.load(cfg, seed=seed, base_dir=base_dir)
+        for n in out.nodes:
+            nodes.setdefault(n.path, n)
+        workloads.extend(out.workloads)
+    ids = [w.workload for w in workloads]
+    if len(set(ids)) != len(ids):
+        raise ValueError("workload ids are not unique across sources")
+    workloads.sort(key=lambda w: (w.submit_at, w.workload))
+    return SourceOutput(nodes=list(nodes.values()), workloads=workloads)
+
+
+class Simulation:
+    """One scenario under one policy."""
+
+    def __init__(self, scenario: Scenario, policy: str, base_dir: Path,
+                 sources: SourceOutput | None = None) -> None:
+        self.scenario = scenario
+        self.policy = policy
+        self.base_dir = base_dir
+        self.sources = sources if sources is not None else load_sources(scenario, base_dir)
+
+    def setup_events(self, mk: Inputs) -> list[Event]:
+        """Policy, budget tree and hosts: the head of the log."""
+        sc = self.scenario
+        at = sc.epoch
+        out: list[Event] = [mk.policy(at=at, actor="admin", scheduler=self.policy, **sc.policy)]
+        b = sc.budget
+        out.append(mk.node(b.root, managers=b.managers, at=at))
+        defined = {b.root}
+        wanted = [(n.path, n.shares, n.managers) for n in b.nodes]
+        wanted += [(n.path, n.shares, n.managers) for n in self.sources.nodes]
+        # Parents first; intermediate nodes a source implies but nobody defined get 1 share.
+        for path, shares, managers in sorted(wanted, key=lambda x: (x[0].count("/"), x[0])):
+            parts = path.split("/")
+            for i in range(1, len(parts) - 1):
+                mid = "/".join(parts[: i + 1])
+                if mid not in defined:
+                    out.append(mk.node(mid, at=at))
+                    defined.add(mid)
+            if path not in defined:
+                out.append(mk.node(path, shares=shares, managers=managers, at=at))
+                defined.add(path)
+        c = sc.cluster
+        per_block = c.hosts_per_rack * c.racks_per_block
+        for h in range(c.hosts):
+            out.append(mk.host(f"h{h:04d}", gpus=c.gpus_per_host, rack=f"r{h // c.hosts_per_rack:03d}",
+                               block=f"b{h // per_block:02d}", at=at))
+        return out
+
+    def run(self, progress: Callable[[int, int], None] | None = None) -> SimResult:
+        """Simulate to the horizon; ``progress(sim_seconds_done, horizon)`` is called as it goes."""
+        wall0 = time.perf_counter()
+        sc = self.scenario
+        epoch, horizon = sc.epoch, sc.horizon_s
+        mk = Inputs(cluster=sc.cluster.id, prefix="s", source="simulator")
+        eng = Engine(sc.cluster.id)
+        state = eng.state
+        log: list[Event] = []
+        append, extend = log.append, log.extend
+        process = eng.process
+
+        heap: list[tuple[int, int, int, object]] = []
+        seq = 0
+
+        def push(t: int, kind: int, payload: object) -> None:
+            nonlocal seq
+            seq += 1
+            heapq.heappush(heap, (t, kind, seq, payload))
+
+        specs = {w.workload: w for w in self.sources.workloads}
+        for w in self.sources.workloads:
+            if w.submit_at <= horizon:
+                push(w.submit_at, SUBMIT, w)
+        for t in range(0, horizon + 1, sc.tick_s):
+            push(t, TICK, None)
+        push(horizon, TICK, None)
+        self._schedule_faults(push, horizon)
+
+        remaining: dict[str, int] = {w.workload: max(1, w.duration_s) for w in self.sources.workloads}
+        run_start: dict[str, int] = {}
+        run_no: dict[str, int] = {}
+        ticks_at: set[int] = set()
+        fault_rng = random.Random(f"{sc.seed}:severity")
+
+        # Demand integral: GPUs wanted by pending + running workloads.
+        wanted = 0
+        wanted_area = 0
+        last_t = 0
+        cycles = 0
+
+        def handle(derived: list[Event], t: int) -> None:
+            nonlocal wanted
+            for d in derived:
+                if type(d) is WorkloadStarted:
+                    wid = d.workload
+                    run_start[wid] = t
+                    n = run_no.get(wid, 0) + 1
+                    run_no[wid] = n
+                    push(t + remaining[wid], FINISH, (wid, n))
+                    pu = d.protected_until
+                    if pu is not None and pu > t and pu not in ticks_at:
+                        ticks_at.add(pu)
+                        push(pu, TICK, None)
+                elif type(d) is WorkloadPreempted:
+                    wid = d.workload
+                    if d.requeued:
+                        remaining[wid] = max(1, remaining[wid] - (t - run_start[wid]))
+                        # It may restart elsewhere at once: the live ticker would run
+                        # the next cycle a second later, and so does the simulation.
+                        if t + 1 not in ticks_at:
+                            ticks_at.add(t + 1)
+                            push(t + 1, TICK, None)
+                    else:
+                        wanted -= specs[wid].gpus
+                elif type(d) is HostDrained:
+                    push(t + sc.faults.repair_s, REPAIR, d.host)
+                elif d.__struct_config__.tag == "workload.rejected":
+                    wanted -= specs[d.workload].gpus if d.workload in specs else 0
+
+        def feed(e: Event, t: int) -> None:
+            out = process(e)
+            if out is None:
+                return
+            append(e)
+            if out:
+                extend(out)
+                handle(out, t)
+
+        for e in self.setup_events(mk):
+            feed(e, 0)
+        next_report = 0
+        while heap:
+            t = heap[0][0]
+            if t > horizon:
+                break
+            wanted_area += wanted * (t - last_t)
+            last_t = t
+            at = epoch + t
+            if progress is not None and t >= next_report:
+                progress(t, horizon)
+                next_report = t + 6 * 3600
+            while heap and heap[0][0] == t:
+                _, kind, _, payload = heapq.heappop(heap)
+                if kind == FINISH:
+                    wid, n = payload  # type: ignore[misc]
+                    if run_no.get(wid) == n and wid in state.workloads.running:
+                        spec = specs[wid]
+                        wanted -= spec.gpus
+                        feed(mk.finish(wid, at=at, outcome=spec.outcome), t)
+                elif kind == SUBMIT:
+                    spec = payload  # type: ignore[assignment]
+                    wanted += spec.gpus
+                    feed(mk.submit(spec.workload, spec.budget, spec.gpus, spec.min_runtime_s,
+                                   at=at, user=spec.user, hosts=spec.hosts,
+                                   resumable=spec.resumable, priority=spec.priority,
+                                   kind=spec.kind, expected_duration_s=spec.duration_s), t)
+                    if spec.patience_s is not None:
+                        push(t + spec.patience_s, CANCEL, spec.workload)
+                elif kind == CANCEL:
+                    w = state.workloads.all.get(payload)  # type: ignore[arg-type]
+                    if w is not None and w.status == PENDING and w.runs == 0:
+                        wanted -= w.gpus
+                        feed(mk.cancel(w.id, actor=w.user, at=at, reason="patience"), t)
+                elif kind == FAULT:
+                    host, severity = payload  # type: ignore[misc]
+                    h = state.cluster_state.hosts.get(host)
+                    if h is not None and h.health == OK:
+                        if severity is None:  # a random fault: draw how bad it is
+                            severity = "failed" if fault_rng.random() < sc.faults.failed_fraction \
+                                else "degraded"
+                        feed(mk.fault(host, severity, at=at, reason="injected"), t)
+                elif kind == REPAIR:
+                    feed(mk.repair(payload, at=at), t)  # type: ignore[arg-type]
+            # One cycle per moment, after everything that happened at it.
+            cycles += 1
+            feed(mk.tick(at), t)
+        if progress is not None:
+            progress(horizon, horizon)
+        span = max(1, last_t)
+        capacity = state.cluster_state.capacity or 1
+        return SimResult(
+            policy=self.policy,
+            log=log,
+            wall_seconds=time.perf_counter() - wall0,
+            sim_seconds=last_t,
+            cycles=cycles,
+            workloads=len(self.sources.workloads),
+            demand_ratio=wanted_area / (capacity * span),
+        )
+
+    def _schedule_faults(self, push: Callable[[int, int, object], None], horizon: int) -> None:
+        for f in self.scenario.faults.scheduled:
+            if f.at <= horizon:
+                push(f.at, FAULT, (f.host, f.severity))
+        rate = self.scenario.faults.host_fault_rate_per_day
+        if rate <= 0:
+            return
+        rng = random.Random(f"{self.scenario.seed}:faults")
+        for h in range(self.scenario.cluster.hosts):
+            t = 0.0
+            while True:
+                t += rng.expovariate(rate / 86_400)
+                if t > horizon:
+                    break
+                push(int(t), FAULT, (f"h{h:04d}", None))
+
+
+def simulate(scenario: Scenario, policy: str, base_dir: Path,
+             progress: Callable[[int, int], None] | None = None) -> SimResult:
+    """Run ``scenario`` under ``policy`` ("allot" or "baseline")."""
+    return Simulation(scenario, policy, base_dir).run(progress)
+
+
+__all__ = ["PolicyConfigured", "SimResult", "Simulation", "load_sources", "simulate"]

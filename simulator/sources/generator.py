@@ -1,0 +1,240 @@
+"""A seeded workload generator shaped like the lab's demand.
+
+Classes mirror what the brief describes: debug (few GPUs, short, minimum
+runtime <= 15 min), training gangs (8-256 GPUs, long, resumable, minimum
+runtime 1-8 h), unallocated eval/batch (minimum runtime 0), and interactive
+sessions (few GPUs, long, not resumable). Each class offers a load expressed
+as a fraction of the cluster's GPU-time; the number of workloads follows from
+the mean size and duration.
+
+Demand is bursty per team: every team alternates between busy and quiet
+phases of random length, and debug/interactive work follows the working day.
+Each team also has a demand level relative to its entitlement, so some teams
+want more than they are owed and some less (which is what makes "owed" smaller
+than the entitlement, and lets busy teams borrow). Everything comes from
+``random.Random`` seeded with the scenario seed and the class: the same
+scenario always yields the same workloads.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+from pathlib import Path
+
+import msgspec
+
+from simulator.sources import SourceOutput
+from simulator.spec import BudgetNodeSpec, WorkloadSpec
+
+DAY = 86_400
+
+
+class TeamConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """A team (a budget node) and its researchers (generated leaves under it)."""
+
+    path: str
+    shares: int = 1                  # the team's share among its siblings in the tree
+    researchers: int = 10
+    managers: tuple[str, ...] = ()
+    # Demand relative to entitlement: 1.0 asks for exactly its share of the
+    # offered load, 0.5 for half of it.
+    demand: float = 1.0
+
+
+class ClassConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """One workload class."""
+
+    kind: str
+    load: float                      # offered GPU-time, as a fraction of cluster capacity
+    gpus: list[int]
+    gpus_weights: list[float] | None = None
+    duration_median_s: int
+    duration_sigma: float = 1.0      # lognormal spread
+    duration_min_s: int = 60
+    duration_max_s: int = 7 * DAY
+    min_runtime_s: tuple[int, int] = (0, 0)  # uniform range; (0, 0) = unallocated
+    resumable: float = 0.0           # probability
+    priority_weights: tuple[float, float, float] = (0.1, 0.2, 0.7)  # LOW, NORMAL, HIGH
+    patience_s: int | None = None
+    diurnal: float = 0.0             # 0: flat; 0.5: day rate 1.5x, night 0.5x
+    bursty: bool = True              # follows the team's busy/quiet phases
+
+
+class Config(msgspec.Struct, frozen=True, kw_only=True, tag="generator"):
+    """``[[sources]]`` with ``type = "generator"``."""
+
+    teams: list[TeamConfig]
+    classes: list[ClassConfig]
+    capacity_gpus: int | None = None  # default: the scenario cluster's GPUs (filled in by the loader)
+    horizon_s: int | None = None      # default: the scenario horizon
+    burst: float = 0.6                # busy phases run at (1 + burst), quiet at (1 - burst)
+    # Researchers size jobs to their budget: a team submits no workload larger
+    # than this multiple of its entitlement in GPUs (its smallest size always
+    # stays allowed). 0 turns the cap off.
+    max_size_vs_entitlement: float = 2.0
+    phase_mean_s: int = 2 * DAY       # mean length of a busy or quiet phase
+    user_prefix: str = "u"
+
+
+class GeneratorError(ValueError):
+    """The generator's configuration cannot produce workloads."""
+
+
+def load(config: Config, *, seed: int, base_dir: Path,
+         tree: list[BudgetNodeSpec] | None = None) -> SourceOutput:
+    """Team nodes, a leaf per researcher, and the workloads of every class.
+
+    ``tree`` is the rest of the budget tree (the scenario's own nodes): a team's
+    demand is its entitlement (its fraction of the cluster) times its ``demand``.
+    """
+    if config.capacity_gpus is None or config.horizon_s is None:
+        raise GeneratorError("capacity_gpus and horizon_s must be set (the scenario loader fills them)")
+    capacity, horizon = config.capacity_gpus, config.horizon_s
+    if not config.teams:
+        raise GeneratorError("no teams")
+    nodes: list[BudgetNodeSpec] = []
+    researchers: dict[str, list[tuple[str, str]]] = {}
+    for team in config.teams:
+        nodes.append(BudgetNodeSpec(path=team.path, shares=team.shares, managers=team.managers))
+    for team in config.teams:
+        members = []
+        for i in range(team.researchers):
+            user = f"{team.path.rsplit('/', 1)[-1]}-{config.user_prefix}{i + 1:02d}"
+            leaf = f"{team.path}/{user}"
+            nodes.append(BudgetNodeSpec(path=leaf, shares=1, managers=(user,)))
+            members.append((leaf, user))
+        researchers[team.path] = members
+    entitlement = _entitlements([*(tree or []), *nodes])
+    weights = [entitlement.get(t.path, 0.0) * t.demand for t in config.teams]
+    if not any(weights):
+        raise GeneratorError("no team has a positive entitlement and demand")
+    phases = {
+        t.path: _phases(random.Random(f"{seed}:phases:{t.path}"), horizon, config.phase_mean_s,
+                        config.burst)
+        for t in config.teams
+    }
+    team_gpus = {t.path: entitlement.get(t.path, 0.0) * capacity for t in config.teams}
+    workloads: list[WorkloadSpec] = []
+    for cls in config.classes:
+        workloads.extend(_generate(cls, config, seed, capacity, horizon, weights, phases,
+                                   researchers, team_gpus))
+    workloads.sort(key=lambda w: (w.submit_at, w.workload))
+    return SourceOutput(nodes=nodes, workloads=workloads)
+
+
+def _entitlements(nodes: list[BudgetNodeSpec]) -> dict[str, float]:
+    """Each node's fraction of the cluster; nodes a path implies but nobody lists get 1 share."""
+    shares: dict[str, int] = {}
+    for n in nodes:
+        parts = n.path.split("/")
+        for i in range(1, len(parts)):
+            shares.setdefault("/".join(parts[:i]), 1)
+        shares.setdefault(n.path, n.shares)
+    children: dict[str, list[str]] = {}
+    for path in shares:
+        if "/" in path:
+            children.setdefault(path.rsplit("/", 1)[0], []).append(path)
+    out: dict[str, float] = {}
+    for path in sorted(shares, key=lambda p: p.count("/")):
+        if "/" not in path:
+            out[path] = 1.0
+            continue
+        parent = path.rsplit("/", 1)[0]
+        total = sum(shares[c] for c in children[parent])
+        out[path] = out[parent] * (shares[path] / total if total else 0.0)
+    return out
+
+
+def _phases(rng: random.Random, horizon: int, mean: int, burst: float) -> list[tuple[int, float]]:
+    """Alternating busy/quiet phases: (start, rate multiplier), starting busy or quiet at random."""
+    out = []
+    t = 0
+    busy = rng.random() < 0.5
+    while t < horizon:
+        out.append((t, 1 + burst if busy else 1 - burst))
+        t += max(3600, int(rng.expovariate(1 / mean)))
+        busy = not busy
+    return out
+
+
+def _diurnal(t: int, amplitude: float) -> float:
+    # Peak at 14:00, trough at 02:00 (cluster-local time = scenario time).
+    return 1 + amplitude * math.cos(2 * math.pi * ((t % DAY) / DAY - 14 / 24))
+
+
+def _generate(
+    cls: ClassConfig,
+    config: Config,
+    seed: int,
+    capacity: int,
+    horizon: int,
+    team_weights: list[float],
+    phases: dict[str, list[tuple[int, float]]],
+    researchers: dict[str, list[tuple[str, str]]],
+    team_gpus: dict[str, float],
+) -> list[WorkloadSpec]:
+    rng = random.Random(f"{seed}:class:{cls.kind}")
+    gw = cls.gpus_weights or [1.0] * len(cls.gpus)
+    if len(gw) != len(cls.gpus):
+        raise GeneratorError(f"class {cls.kind}: gpus_weights must match gpus")
+    # Mean GPU-seconds per workload (lognormal mean = median * exp(sigma^2 / 2), clipped later).
+    mean_gpus = sum(g * w for g, w in zip(cls.gpus, gw, strict=True)) / sum(gw)
+    mean_dur = min(cls.duration_max_s, cls.duration_median_s * math.exp(cls.duration_sigma ** 2 / 2))
+    count = round(cls.load * capacity * horizon / (mean_gpus * mean_dur))
+    lo, hi = cls.min_runtime_s
+    teams = [t.path for t in config.teams]
+    # Arrival times per team from its rate profile, by inverse transform on a 10-minute grid.
+    step = 600
+    grid = list(range(0, horizon, step))
+    cum_by_team: dict[str, list[float]] = {}
+    for team in teams:
+        cum, total = [], 0.0
+        ph = phases[team]
+        starts = [p[0] for p in ph]
+        for t in grid:
+            m = ph[bisect.bisect_right(starts, t) - 1][1] if cls.bursty else 1.0
+            if cls.diurnal:
+                m *= _diurnal(t, cls.diurnal)
+            total += m
+            cum.append(total)
+        cum_by_team[team] = cum
+    # Per team, the sizes it may submit (and their weights), under the size cap.
+    sizes: dict[str, tuple[list[int], list[float]]] = {}
+    cap_k = config.max_size_vs_entitlement
+    smallest = min(cls.gpus)
+    for team in teams:
+        allowed = [(g, w) for g, w in zip(cls.gpus, gw, strict=True)
+                   if not cap_k or g <= cap_k * team_gpus[team] or g == smallest]
+        sizes[team] = ([g for g, _ in allowed], [w for _, w in allowed])
+    out = []
+    for i in range(count):
+        team = rng.choices(teams, weights=team_weights)[0]
+        cum = cum_by_team[team]
+        u = rng.random() * cum[-1]
+        k = bisect.bisect_left(cum, u)
+        submit_at = grid[k] + rng.randrange(step)
+        leaf, user = rng.choice(researchers[team])
+        gpus = rng.choices(sizes[team][0], weights=sizes[team][1])[0]
+        hosts = max(1, gpus // 8) if gpus > 8 else 1
+        dur = int(cls.duration_median_s * math.exp(rng.gauss(0, cls.duration_sigma)))
+        dur = max(cls.duration_min_s, min(cls.duration_max_s, dur))
+        mr = rng.randint(lo, hi) if hi > 0 else 0
+        mr = (mr // 60) * 60 if mr >= 60 else mr
+        prio = rng.choices((-1, 0, 1), weights=cls.priority_weights)[0]
+        out.append(WorkloadSpec(
+            workload=f"{cls.kind}-{i:06d}",
+            submit_at=submit_at,
+            budget=leaf,
+            user=user,
+            gpus=gpus,
+            hosts=hosts,
+            min_runtime_s=mr,
+            resumable=rng.random() < cls.resumable,
+            priority=prio,
+            kind=cls.kind,
+            duration_s=dur,
+            patience_s=cls.patience_s,
+        ))
+    return out

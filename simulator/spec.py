@@ -1,0 +1,41 @@
+"""What a workload source hands the simulator: a workload, when it arrives, how long it runs.
+
+A source (explicit list, seeded generator, trace loader) yields ``WorkloadSpec``
+values; the simulator turns each into a ``workload.submitted`` event at
+``submit_at`` and, once started, a ``workload.finished`` event after
+``duration_s`` of accumulated run time. ``duration_s`` is ground truth known
+only to the simulated executor; the scheduler never sees it.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """One simulated workload."""
+
+    workload: str          # unique id
+    submit_at: int         # seconds since the scenario start (t=0)
+    budget: str            # budget leaf path
+    user: str
+    gpus: int
+    hosts: int = 1
+    min_runtime_s: int = 0
+    resumable: bool = False
+    priority: int = 0      # allot: order inside the leaf; baseline: LOW(-1)/NORMAL(0)/HIGH(1)
+    kind: str = "training"
+    duration_s: int        # total run time it needs to finish
+    outcome: str = "succeeded"  # how it ends when it runs to completion
+    # The simulated user cancels the workload if it has not started this long
+    # after submission (None: waits forever). Open-loop demand needs this, or a
+    # queue that is always 2-3x oversubscribed grows without bound.
+    patience_s: int | None = None
+
+
+class BudgetNodeSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """One budget node a source needs (e.g. a trace's teams and users)."""
+
+    path: str
+    shares: int = 1
+    managers: tuple[str, ...] = ()

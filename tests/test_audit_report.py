@@ -1,0 +1,215 @@
+"""Tests for the audit report, its rendering, the `allot audit` command line, and the docs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import duckdb
+import pytest
+from rich.console import Console
+from test_audit_views import engine_log, faulted_host, two_teams  # the hand-computed logs
+
+from audit import UnknownRun, create_views, load_log, render, report, summary
+from audit.cli import main
+from events import encode_lines
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def loaded(tmp_path: Path, **logs: list) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    create_views(con)
+    for run, events in logs.items():
+        path = tmp_path / run / "events.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(encode_lines(events))
+        load_log(con, path)
+    return con
+
+
+def test_summary_of_a_hand_computed_log(tmp_path: Path) -> None:
+    """Every headline figure of the two-team log matches the numbers worked out by hand."""
+    con = loaded(tmp_path, allot=two_teams().events)
+    s = summary(con, "allot", wall_seconds=1.5)
+    assert s["sim_seconds"] == 7200
+    assert s["wall_seconds"] == 1.5
+    assert s["occupancy"] == pytest.approx(18.5 / 20)
+    assert s["unallocated_share"] == pytest.approx(0.5 / 18.5)
+    assert s["owed_received"]["total"] == pytest.approx(16 / 17)
+    assert s["owed_received"]["worst"] == pytest.approx(2 / 3)
+    assert s["owed_received"]["teams"] == 2
+    assert s["owed_received"]["teams_at_least_95"] == 1
+    assert s["owed_received"]["by_team"] == pytest.approx({"lab/a": 1.0, "lab/b": 2 / 3})
+    assert s["wait_s"]["debug"] == {"p50": 1800.0, "p90": 1800.0, "p99": 1800.0, "n": 1,
+                                    "never_started": 0}
+    assert s["wait_s"]["all"]["p50"] == 0.0 and s["wait_s"]["all"]["n"] == 3
+    assert s["preemptions"] == {"reclaim_unallocated": 1}
+    assert s["lost_gpu_hours"] == pytest.approx(0.5)
+    # The single 10-GPU host is never wholly free, so whatever is free is fragmented.
+    assert s["fragmentation"] == pytest.approx(1.0)
+    # The largest funded workload (a1, 8 GPUs) started at once.
+    assert s["largest_gang_wait_s"] == 0
+
+
+def test_summary_matches_the_views_and_cleans_up(tmp_path: Path) -> None:
+    """Snapshotting changes no figure, and leaves no temporary table or view behind."""
+    log, _ = engine_log()
+    con = loaded(tmp_path, allot=log, other=faulted_host().events)
+    s = summary(con, "allot")
+    (occupancy, share) = con.execute("""
+        SELECT sum(allocated_gpu_h + unallocated_gpu_h) / sum(total_gpu_h - unavailable_gpu_h),
+               sum(unallocated_gpu_h) / sum(allocated_gpu_h + unallocated_gpu_h)
+        FROM occupancy_by_hour WHERE run = 'allot'""").fetchone()
+    assert s["occupancy"] == pytest.approx(occupancy)
+    assert s["unallocated_share"] == pytest.approx(share)
+    ratios = dict(con.execute("SELECT team, ratio FROM owed_received_by_team WHERE run = 'allot'").fetchall())
+    assert s["owed_received"]["by_team"] == pytest.approx(ratios)
+    assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary").fetchone() == (0,)
+    assert con.execute("SELECT count(*) FROM duckdb_views() WHERE temporary AND NOT internal").fetchone() == (0,)
+    # And the other run is untouched by the scoping.
+    assert con.execute("SELECT count(DISTINCT run) FROM workloads").fetchone() == (2,)
+
+
+def test_largest_gang_wait_is_null_when_none_started(tmp_path: Path) -> None:
+    """If no funded workload of the largest size ever started, the figure is None."""
+    log = faulted_host()
+    log.add(log.mk.submit("gang", "lab/a", 16, 600, at=3600, hosts=2))
+    log.tick(3700)
+    con = loaded(tmp_path, r=log.events)
+    assert summary(con, "r")["largest_gang_wait_s"] is None
+
+
+def test_unknown_run_is_an_error(tmp_path: Path) -> None:
+    """Asking for a run that was never loaded raises UnknownRun."""
+    con = loaded(tmp_path, allot=two_teams().events)
+    with pytest.raises(UnknownRun, match="no run 'baseline'"):
+        summary(con, "baseline")
+
+
+def test_report_and_render_put_runs_side_by_side(tmp_path: Path) -> None:
+    """report() covers every run; render() has one column per run and one row per figure."""
+    con = loaded(tmp_path, allot=two_teams().events, baseline=faulted_host().events)
+    both = report(con)
+    assert list(both) == ["allot", "baseline"]
+    assert list(report(con, ["baseline"])) == ["baseline"]
+    table = render(both)
+    assert [c.header for c in table.columns] == ["figure", "allot", "baseline"]
+    console = Console(width=120, record=True)
+    console.print(table)
+    text = console.export_text()
+    assert "occupancy" in text and "92.5%" in text and "76.9%" in text
+    assert "preemptions: host_drain" in text
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_load_report_and_sql(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """load, report --json and sql --csv work end to end on a database file."""
+    log = tmp_path / "out" / "allot" / "events.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_bytes(encode_lines(two_teams().events))
+    db = str(tmp_path / "a.duckdb")
+    code, out, _ = run_cli(capsys, "audit", "load", str(log), "--db", db)
+    assert code == 0 and "as run allot" in out
+    code, _, _ = run_cli(capsys, "audit", "load", str(log), "--db", db, "--run", "again")
+    assert code == 0
+    out_json = tmp_path / "report.json"
+    code, out, _ = run_cli(capsys, "audit", "report", "--db", db, "--json", str(out_json),
+                           "--run", "allot")
+    assert code == 0 and "received / owed" in out
+    assert json.loads(out_json.read_text())["allot"]["owed_received"]["total"] == pytest.approx(16 / 17)
+    code, out, _ = run_cli(capsys, "audit", "sql", "SELECT team, ratio FROM owed_received_by_team "
+                           "WHERE run = 'allot' ORDER BY team", "--db", db, "--csv")
+    assert code == 0
+    assert out.splitlines() == ["team,ratio", "lab/a,1.0", "lab/b,0.6666666666666666"]
+    code, out, _ = run_cli(capsys, "audit", "sql", "SELECT count(*) AS n FROM events", "--db", db)
+    assert code == 0 and "n" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["audit", "load", "missing.jsonl"], "no such log file"),
+    (["audit", "report"], "no audit database"),
+    (["audit", "sql", "SELECT 1"], "no audit database"),
+])
+def test_cli_errors_are_one_line_with_status_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch, argv: list[str],
+                                               message: str) -> None:
+    """Missing files exit 2 with a single error line, never a traceback."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+def test_cli_bad_sql_and_unknown_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Bad SQL and unknown runs are user errors: one line, status 2."""
+    con_path = tmp_path / "a.duckdb"
+    log = tmp_path / "allot" / "events.jsonl"
+    log.parent.mkdir()
+    log.write_bytes(encode_lines(two_teams().events))
+    assert main(["audit", "load", str(log), "--db", str(con_path)]) == 0
+    capsys.readouterr()
+    code, _, err = run_cli(capsys, "audit", "sql", "SELEKT nonsense", "--db", str(con_path))
+    assert code == 2 and err.startswith("allot audit: error: Parser Error") and err.count("\n") == 1
+    code, _, err = run_cli(capsys, "audit", "report", "--run", "nope", "--db", str(con_path))
+    assert code == 2 and "no run 'nope'" in err
+
+
+@pytest.mark.parametrize("argv", [["audit"], ["audit", "load"], ["audit", "report"], ["audit", "sql"]])
+def test_every_command_has_help(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    """--help prints a description and exits 0."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "usage: allot audit" in out and len(out.splitlines()) > 4
+
+
+def test_every_documented_example_query_runs(tmp_path: Path) -> None:
+    """Each statement in docs/audit-queries.sql executes on a small loaded log."""
+    log, _ = engine_log()
+    con = loaded(tmp_path, allot=log, baseline=two_teams().events)
+    statements = con.extract_statements((DOCS / "audit-queries.sql").read_text())
+    assert len(statements) >= 8
+    for statement in statements:
+        con.execute(statement.query).fetchall()
+
+
+VIEWS = ("accepted_events", "policy", "workloads", "runs", "run_slots", "gpu_hours_by_node_hour",
+         "entitlement_by_hour", "capacity_by_hour", "owed_received", "owed_received_by_team",
+         "waits", "wait_percentiles", "preemptions", "host_faults", "fragmentation_by_hour",
+         "occupancy_by_hour", "log_span", "hours", "budget_nodes", "teams", "lifecycle",
+         "host_changes", "host_intervals", "cluster_hours", "team_demand_by_hour", "entitlement_changes",
+         "share_changes", "workload_events")
+
+
+def test_docs_describe_every_view_column() -> None:
+    """docs/audit.md names every view and every column of it (except the events passthroughs)."""
+    doc = (DOCS / "audit.md").read_text()
+    con = duckdb.connect()
+    create_views(con)
+    documented = set(re.findall(r"`([a-z_0-9]+)`", doc))
+    for view in VIEWS:
+        assert view in documented, view
+        if view == "accepted_events":
+            continue
+        for (name, *_) in con.execute(f"DESCRIBE {view}").fetchall():
+            assert name in documented, f"{view}.{name}"
+    for name in ("run", "seq", "t", "child_shares", "reserved_hosts"):
+        assert name in documented
+
+
+def test_a_log_spanning_no_time_has_empty_figures(tmp_path: Path) -> None:
+    """A log whose events all share one instant has no hours, so its ratios are None."""
+    log = two_teams()
+    log.events = log.events[:5]  # the policy, budget and host, all at t = 0
+    s = summary(loaded(tmp_path, r=log.events), "r")
+    assert (s["sim_seconds"], s["occupancy"], s["fragmentation"], s["delivered_gpu_h"]) == (0, None, None, None)
+    assert s["owed_received"] == {"total": None, "worst": None, "teams": 0, "teams_at_least_95": 0,
+                                  "by_team": {}}
