@@ -78,8 +78,9 @@ class WorkloadStarted(Event, kw_only=True, tag="workload.started"):
 class WorkloadReserved(Event, kw_only=True, tag="workload.reserved"):
     """Hosts are held for a blocked large workload until its victims' protection ends.
 
-    Until ``until``, other work may start on ``hosts`` only if it ends or
-    becomes preemptible by then (backfill), so the workload cannot starve.
+    Until ``until``, other work may start on ``hosts`` only if its protection
+    ends by then (backfill); from ``until`` the holder takes the hosts back,
+    preempting any backfill there (reason ``reservation``), so it cannot starve.
     A later reservation for the same workload replaces this one.
     """
 
@@ -94,6 +95,7 @@ PreemptionReason = Literal[
     "priority",             # same allocation, higher priority (or the baseline's priority)
     "host_drain",           # the host is degraded and the protection ended
     "host_failure",         # the host failed: protection does not apply
+    "reservation",          # a reservation's holder took back its hosts from backfill
 ]
 
 

@@ -83,6 +83,7 @@ class Cycle:
         self.to_reserve: list[Workload] = []  # blocked, reservation not yet worked out
         self._reach: dict[tuple[str, int, int, int], int] = {}  # could_start's per-leaf bound
         self.held: dict[str, Reservation] = {}  # standing reservations, by workload
+        self.due: dict[str, tuple[frozenset[str], int]] = {}  # reached: (hosts, made at)
 
     # ------------------------------------------------------------------ the steps
 
@@ -104,12 +105,22 @@ class Cycle:
         return self.emit.events
 
     def load_reservations(self) -> None:
-        """Reservations made by earlier cycles hold while their workload waits and time remains."""
+        """Reservations of earlier cycles: standing ones hold hosts, due ones take them back.
+
+        Before ``until`` a reservation keeps its hosts for backfill only; from
+        ``until`` its holder may preempt, on those hosts, any unprotected work
+        that started after the reservation was made (the backfill), whatever
+        fair share would say. A holder that still cannot start may then ask for
+        a new reservation.
+        """
         pending = self.state.workloads.all
-        for wid, (hosts, until) in sorted(self.state.reservations.items()):
+        for wid, (hosts, until, since) in sorted(self.state.reservations.items()):
             w = pending.get(wid)
-            if w is None or w.status != "pending" or until <= self.now:
-                continue  # lapsed: the workload may ask again when it is next blocked
+            if w is None or w.status != "pending":
+                continue
+            if until <= self.now:
+                self.due[wid] = (frozenset(hosts), since)
+                continue
             for h in hosts:
                 if h in self.capacity.free:
                     self.capacity.reserve(h, until, wid)
@@ -233,7 +244,7 @@ class Cycle:
         # a. Free GPUs.
         if self.capacity.total_free >= n * k:
             self.settle_reservation()
-            hosts = self.capacity.choose(n, k, ends_by, w.id, self.backfill_rule(w))
+            hosts = self.capacity.choose(n, k, ends_by, w.id)
             if hosts is not None:
                 self.start(w, hosts)
                 return True
@@ -248,14 +259,13 @@ class Cycle:
         commitment = w.gpus * w.min_runtime_s
         if held is None and self.searches_left > 0 and self.victims().size \
                 and not self.dominated(w, commitment):
-            if not self.could_free(w, commitment):
+            if w.id not in self.due and not self.could_free(w, commitment):
                 self.note_failed(w, commitment)
             else:
                 self.settle_reservation()
                 self.searches_left -= 1
                 plan = self.victims().search(n, k, ends_by, self.capacity,
-                                             self.rule_for(w, commitment), w.id,
-                                             self.backfill_rule(w))
+                                             self.rule_for(w, commitment), w.id)
                 if plan is None:
                     self.note_failed(w, commitment)
                 else:
@@ -351,32 +361,6 @@ class Cycle:
                         have += by_node[y]
         return have
 
-    def backfill_rule(self, w: Workload) -> Callable[[str], bool] | None:
-        """May ``w`` backfill a host reserved by a given holder? Only if the holder may preempt it.
-
-        Backfill is work that the reservation's holder can clear when its time
-        comes; work it could never preempt (its own leaf at equal priority, or a
-        better-ranked allocation) would push the holder past its reservation.
-        """
-        if not self.capacity.reserved:
-            return None
-        verdicts: dict[str, bool] = {}
-        workloads = self.state.workloads.all
-
-        def ok(holder_id: str) -> bool:
-            if holder_id not in verdicts:
-                h = workloads[holder_id]
-                if w.min_runtime_s == 0:
-                    verdicts[holder_id] = True
-                elif w.budget == h.budget:
-                    verdicts[holder_id] = w.priority < h.priority
-                else:
-                    verdicts[holder_id] = self.ranking.may_preempt(
-                        h.budget, h.gpus * h.min_runtime_s, w.budget)
-            return verdicts[holder_id]
-
-        return ok
-
     def rule_for(self, w: Workload, commitment: int) -> Callable[[Victim], str | None]:
         """Which victims ``w`` may take, and why: the preemption rule of the budget policy.
 
@@ -389,8 +373,13 @@ class Cycle:
         budget, priority = w.budget, w.priority
         by_leaf: dict[str, str | None] = {}
         may_preempt = self.ranking.may_preempt
+        due = self.due.get(w.id)
 
         def rule(v: Victim) -> str | None:
+            if due is not None:  # a due reservation takes back its hosts from backfill
+                hosts, since = due
+                if (v.w.started_at or 0) >= since and any(h in hosts for h, _ in v.w.placement):
+                    return "reservation"
             if v.cls <= UNALLOCATED:
                 return "reclaim_unallocated"
             vb = v.w.budget
@@ -431,8 +420,7 @@ class Cycle:
         out: dict[str, int] = {}
         for name, free in self.capacity.free.items():
             if free >= need:
-                if self.capacity.allowed(name, self.now + w.min_runtime_s, w.id,
-                                         self.backfill_rule(w)):
+                if self.capacity.allowed(name, self.now + w.min_runtime_s, w.id):
                     out[name] = self.now
                 continue
             frees: list[tuple[int, int]] = []

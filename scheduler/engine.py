@@ -66,7 +66,7 @@ class Engine:
             pu = w.protected_until
             if pu is not None and now < pu < nxt:
                 nxt = pu
-        for _, until in self.state.reservations.values():  # a lapsing reservation matters too
+        for _, until, _ in self.state.reservations.values():  # a due reservation matters too
             if now < until < nxt:
                 nxt = until
         return nxt

@@ -147,8 +147,13 @@ def _explain_pending(state: State, w, exp: Explanation) -> None:
         return
     if outcome is not None and outcome.reason == "reserved":
         exp.blocked_by, exp.until, exp.hosts = "reserved", outcome.until, outcome.hosts
-        words.append(f"It holds a reservation on {', '.join(outcome.hosts)}: it starts by "
-                     f"{outcome.until}, when the protection of the work there ends.")
+        if w.id in state.reservations:
+            words.append(f"It holds a reservation on {', '.join(outcome.hosts)}: it starts by "
+                         f"{outcome.until}, when the protection of the work there ends.")
+        else:
+            words.append(f"It is next in line for a reservation (on {', '.join(outcome.hosts)} "
+                         f"until {outcome.until}); the scheduler records it as soon as other "
+                         f"work would compete for those hosts.")
         return
     if w.min_runtime_s == 0:
         exp.blocked_by = "unallocated"

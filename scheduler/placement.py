@@ -14,7 +14,6 @@ preempts against it and never touches the state.
 from __future__ import annotations
 
 from bisect import insort
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 
@@ -73,23 +72,16 @@ class Capacity:
 
     # -- queries --------------------------------------------------------------------
 
-    def allowed(self, host: str, ends_by: int, who: str = "",
-                backfill_ok: Callable[[str], bool] | None = None) -> bool:
-        """May ``who``'s work, done or preemptible by ``ends_by``, go on ``host``?
+    def allowed(self, host: str, ends_by: int, who: str = "") -> bool:
+        """May ``who``'s work, protected until ``ends_by``, go on ``host``?
 
-        A reserved host takes other work only as backfill: work that ends or
-        loses its protection by the reservation's end, and that its holder will
-        then be allowed to preempt (``backfill_ok(holder)``; None: always).
+        A reserved host takes other work only as backfill: work whose protection
+        ends by the reservation's end, when the holder may take the host back.
         """
         r = self.reserved.get(host)
-        if r is None or r[1] == who:
-            return True
-        if ends_by > r[0]:
-            return False
-        return backfill_ok is None or backfill_ok(r[1])
+        return r is None or r[1] == who or ends_by <= r[0]
 
-    def choose(self, hosts: int, per_host: int, ends_by: int, who: str = "",
-               backfill_ok: Callable[[str], bool] | None = None) -> list[str] | None:
+    def choose(self, hosts: int, per_host: int, ends_by: int, who: str = "") -> list[str] | None:
         """The hosts to use for ``hosts`` x ``per_host`` GPUs, or None when it does not fit."""
         if per_host > self.max_gpus or self.total_free < hosts * per_host:
             return None
@@ -98,14 +90,14 @@ class Capacity:
         if hosts == 1:
             for f in range(per_host, self.max_gpus + 1):
                 for name in by_free[f]:
-                    if not reserved or self.allowed(name, ends_by, who, backfill_ok):
+                    if not reserved or self.allowed(name, ends_by, who):
                         return [name]
             return None
         eligible = [
             name
             for f in range(per_host, self.max_gpus + 1)
             for name in by_free[f]
-            if not reserved or self.allowed(name, ends_by, who, backfill_ok)
+            if not reserved or self.allowed(name, ends_by, who)
         ]
         if len(eligible) < hosts:
             return None

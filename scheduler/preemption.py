@@ -211,12 +211,10 @@ class VictimIndex:
         capacity: Capacity,
         eligible: Eligibility,
         who: str = "",
-        backfill_ok: Callable[[str], bool] | None = None,
     ) -> Plan | None:
         """The cheapest plan placing ``hosts`` x ``per_host`` GPUs for ``who``, or None."""
         if hosts > 1:
-            return self._search_gang(hosts, per_host, ends_by, capacity, eligible, who,
-                                     backfill_ok)
+            return self._search_gang(hosts, per_host, ends_by, capacity, eligible, who)
         gone = self.gone
         free_of = capacity.free
         bound = self.victim_gpus
@@ -224,7 +222,7 @@ class VictimIndex:
         for host, victims in sorted(self.on_host.items()):
             free = free_of[host]
             deficit = per_host - free
-            if deficit > bound[host] or not capacity.allowed(host, ends_by, who, backfill_ok):
+            if deficit > bound[host] or not capacity.allowed(host, ends_by, who):
                 continue
             chosen: list[tuple[Victim, str]] = []
             got = 0
@@ -257,7 +255,6 @@ class VictimIndex:
         capacity: Capacity,
         eligible: Eligibility,
         who: str,
-        backfill_ok: Callable[[str], bool] | None,
     ) -> Plan | None:
         """Pick hosts cheapest first, where a host's cost counts only the victims' GPUs on it.
 
@@ -275,7 +272,7 @@ class VictimIndex:
         candidates = [
             h for h, f in free.items()
             if (f >= per_host or per_host - f <= bound.get(h, 0))
-            and (not reserved or capacity.allowed(h, ends_by, who, backfill_ok))
+            and (not reserved or capacity.allowed(h, ends_by, who))
         ]
         if len(candidates) < hosts:
             return None

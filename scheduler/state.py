@@ -66,8 +66,8 @@ class State:
         # Dedupe: ids seen within the policy's dedupe window (by event time).
         self._seen: set[str] = set()
         self._seen_order: deque[tuple[int, str]] = deque()
-        # Hosts held for blocked large workloads: workload -> (hosts, until).
-        self.reservations: dict[str, tuple[tuple[str, ...], int]] = {}
+        # Hosts held for blocked large workloads: workload -> (hosts, until, since).
+        self.reservations: dict[str, tuple[tuple[str, ...], int, int]] = {}
         # Derived values cycles reuse while their inputs are unchanged (victim index,
         # commitments). A cache only: never part of the state's identity.
         self.memo: dict[str, object] = {}
@@ -183,7 +183,7 @@ class State:
         self.workloads.stop(w, status)
 
     def _reserved(self, e: WorkloadReserved) -> None:
-        self.reservations[e.workload] = (e.hosts, e.until)
+        self.reservations[e.workload] = (e.hosts, e.until, self.now)
 
     def _cancelled(self, e: WorkloadCancelled) -> None:
         w = self.workloads.all[e.workload]

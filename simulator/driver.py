@@ -34,7 +34,7 @@ from events.factory import Inputs
 from projections.cluster import OK
 from projections.workloads import PENDING
 from scheduler import Engine
-from simulator.scenario import Scenario
+from simulator.scenario import Scenario, ScenarioError
 from simulator.sources import SourceOutput, explicit, generator, philly
 from simulator.spec import BudgetNodeSpec, WorkloadSpec
 
@@ -66,6 +66,7 @@ def load_sources(scenario: Scenario, base_dir: Path) -> SourceOutput:
                 cfg,
                 capacity_gpus=cfg.capacity_gpus or scenario.capacity_gpus,
                 horizon_s=cfg.horizon_s or scenario.horizon_s,
+                host_gpus=cfg.host_gpus or scenario.cluster.gpus_per_host,
             )
             scenario_nodes = [BudgetNodeSpec(path=n.path, shares=n.shares, managers=n.managers)
                               for n in scenario.budget.nodes]
@@ -98,7 +99,8 @@ class Simulation:
         """Policy, budget tree and hosts: the head of the log."""
         sc = self.scenario
         at = sc.epoch
-        out: list[Event] = [mk.policy(at=at, actor="admin", scheduler=self.policy, **sc.policy)]
+        knobs = {"host_gpus": sc.cluster.gpus_per_host, **sc.policy}
+        out: list[Event] = [mk.policy(at=at, actor="admin", scheduler=self.policy, **knobs)]
         b = sc.budget
         out.append(mk.node(b.root, managers=b.managers, at=at))
         defined = {b.root}
@@ -202,7 +204,11 @@ class Simulation:
                 handle(out, t)
 
         for e in self.setup_events(mk):
-            feed(e, 0)
+            out = process(e)
+            if out:  # the setup of a scenario is never refused: a refusal is a scenario error
+                raise ScenarioError(f"{sc.name}: the scheduler refused {type(e).__struct_config__.tag}"
+                                    f": {getattr(out[0], 'reason', '')} {getattr(out[0], 'detail', '')}")
+            append(e)
         next_report = 0
         while heap:
             t = heap[0][0]

@@ -29,7 +29,7 @@ from audit.load import load_log, open_db
 from audit.report import render, summary
 from events import write_log
 from simulator.driver import Simulation, load_sources
-from simulator.scenario import Scenario, load_scenario
+from simulator.scenario import Scenario, check_policy, load_scenario
 
 POLICIES = ("allot", "baseline")
 
@@ -39,6 +39,7 @@ def apply_overrides(scenario: Scenario, knobs: dict[str, Any], horizon_days: flo
     """A what-if copy: policy knobs, horizon and seed replaced."""
     changes: dict[str, Any] = {}
     if knobs:
+        check_policy(knobs, "--set")
         changes["policy"] = {**scenario.policy, **knobs}
     if horizon_days is not None:
         changes["horizon_days"] = horizon_days

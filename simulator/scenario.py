@@ -8,7 +8,7 @@ typed structs so a mistake is reported with the path of the bad key, e.g.
 from __future__ import annotations
 
 import tomllib
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Union
 
@@ -24,7 +24,7 @@ class ScenarioError(ValueError):
     """The scenario file is missing, not TOML, or does not fit the format."""
 
 
-class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
+class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Hosts of one cluster, named ``h0000``..., with rack and block labels."""
 
     id: str = "sim"
@@ -34,7 +34,7 @@ class ClusterConfig(msgspec.Struct, frozen=True, kw_only=True):
     racks_per_block: int = 4
 
 
-class NodeConfig(msgspec.Struct, frozen=True, kw_only=True):
+class NodeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A budget node below the root."""
 
     path: str
@@ -42,7 +42,7 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True):
     managers: tuple[str, ...] = ()
 
 
-class BudgetConfig(msgspec.Struct, frozen=True, kw_only=True):
+class BudgetConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The budget tree's root and the nodes the scenario names itself."""
 
     root: str = "lab"
@@ -50,7 +50,7 @@ class BudgetConfig(msgspec.Struct, frozen=True, kw_only=True):
     nodes: list[NodeConfig] = []
 
 
-class ScheduledFault(msgspec.Struct, frozen=True, kw_only=True):
+class ScheduledFault(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One fault at a known time (for exact scenarios and incident replays)."""
 
     host: str
@@ -58,7 +58,7 @@ class ScheduledFault(msgspec.Struct, frozen=True, kw_only=True):
     severity: Literal["degraded", "failed"] = "degraded"
 
 
-class FaultConfig(msgspec.Struct, frozen=True, kw_only=True):
+class FaultConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Host fault injection: a seeded Poisson process per host, plus scheduled faults."""
 
     host_fault_rate_per_day: float = 0.0  # faults per host per day
@@ -67,7 +67,7 @@ class FaultConfig(msgspec.Struct, frozen=True, kw_only=True):
     scheduled: list[ScheduledFault] = []
 
 
-class Scenario(msgspec.Struct, frozen=True, kw_only=True):
+class Scenario(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A whole simulation input."""
 
     name: str
@@ -88,15 +88,32 @@ class Scenario(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def epoch(self) -> int:
-        return int(datetime.fromisoformat(self.start).timestamp())
+        """t=0 as Unix seconds; a ``start`` without a UTC offset means UTC (never local time)."""
+        dt = datetime.fromisoformat(self.start)
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=UTC)
+        return int(dt.timestamp())
 
     @property
     def capacity_gpus(self) -> int:
         return self.cluster.hosts * self.cluster.gpus_per_host
 
 
+# Knobs a scenario may set; ``scheduler`` is chosen per run (--policy), not here.
 _KNOBS = set(PolicyConfigured.__struct_fields__) - {
-    "id", "at", "cluster", "actor", "source", "cause", "v"}
+    "id", "at", "cluster", "actor", "source", "cause", "v", "scheduler"}
+
+
+def check_policy(knobs: dict[str, Any], where: str) -> None:
+    """Unknown or mistyped policy knobs raise ScenarioError naming the knob."""
+    unknown = set(knobs) - _KNOBS
+    if unknown:
+        raise ScenarioError(f"{where}: unknown policy knob(s) {sorted(unknown)} - at `$.policy`; "
+                            f"known: {sorted(_KNOBS)}")
+    try:
+        msgspec.convert({"id": "check", "at": 0, **knobs}, PolicyConfigured)
+    except msgspec.ValidationError as exc:
+        raise ScenarioError(f"{where}: {str(exc).replace('at `$.', 'at `$.policy.')}") from exc
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -112,10 +129,7 @@ def load_scenario(path: str | Path) -> Scenario:
         scenario = msgspec.convert(raw, Scenario)
     except msgspec.ValidationError as exc:
         raise ScenarioError(f"{p}: {exc}") from exc
-    unknown = set(scenario.policy) - _KNOBS
-    if unknown:
-        raise ScenarioError(f"{p}: unknown policy knob(s) {sorted(unknown)} - at `$.policy`; "
-                            f"known: {sorted(_KNOBS)}")
+    check_policy(scenario.policy, str(p))
     if scenario.cluster.hosts < 1 or scenario.horizon_s < 1 or scenario.tick_s < 1:
         raise ScenarioError(f"{p}: cluster.hosts, horizon_days and tick_s must be positive")
     return scenario

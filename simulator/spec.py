@@ -9,10 +9,12 @@ only to the simulated executor; the scheduler never sees it.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 
-class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
+class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One simulated workload."""
 
     workload: str          # unique id
@@ -26,14 +28,14 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
     priority: int = 0      # allot: order inside the leaf; baseline: LOW(-1)/NORMAL(0)/HIGH(1)
     kind: str = "training"
     duration_s: int        # total run time it needs to finish
-    outcome: str = "succeeded"  # how it ends when it runs to completion
+    outcome: Literal["succeeded", "failed"] = "succeeded"  # how it ends when it runs to completion
     # The simulated user cancels the workload if it has not started this long
     # after submission (None: waits forever). Open-loop demand needs this, or a
     # queue that is always 2-3x oversubscribed grows without bound.
     patience_s: int | None = None
 
 
-class BudgetNodeSpec(msgspec.Struct, frozen=True, kw_only=True):
+class BudgetNodeSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One budget node a source needs (e.g. a trace's teams and users)."""
 
     path: str

@@ -133,7 +133,7 @@ class Run:
         elif kind == "next":
             ends = [w.protected_until for w in st_.workloads.running.values()
                     if w.protected_until is not None and w.protected_until > self.now]
-            ends += [until for _, until in st_.reservations.values() if until > self.now]
+            ends += [until for _, until, _ in st_.reservations.values() if until > self.now]
             self.now = min(ends, default=self.now + 1)
             self.feed(self.I.tick(self.now))
         elif kind == "burst":

@@ -45,7 +45,7 @@ def test_reserved_hosts_only_take_work_that_leaves_in_time(leaf, min_runtime, at
     s = _blocked_gang()
     s.submit("s", leaf, 8, min_runtime)
     assert s.tick() == at_10
-    assert s.state.reservations["G"] == (("h0", "h2"), 1000)
+    assert s.state.reservations["G"] == (("h0", "h2"), 1000, 10)
 
 
 @pytest.mark.parametrize(
@@ -53,6 +53,7 @@ def test_reserved_hosts_only_take_work_that_leaves_in_time(leaf, min_runtime, at
     [
         ("lab/b", 500),     # backfill from the worse-ranked leaf
         ("lab/b", 0),       # unallocated backfill: preemptible at once
+        ("lab/a", 500),     # backfill from the gang's own leaf, same priority
     ],
 )
 def test_gang_starts_when_its_reservation_ends(leaf, min_runtime):
@@ -65,32 +66,28 @@ def test_gang_starts_when_its_reservation_ends(leaf, min_runtime):
     out = s.tick(1000)
     assert sorted(e for e in out if e[0] == "preempted") == sorted([
         preempted("b1", "fair_share", "G", False),
-        preempted("s", "reclaim_unallocated" if min_runtime == 0 else "fair_share", "G", False),
+        preempted("s", "reclaim_unallocated" if min_runtime == 0 else "reservation", "G", False),
     ])
     assert out[-1] == started("G", [("h0", 8), ("h2", 8)], True, 1060)
     assert s.running() == ["G", "b2"]
 
 
-def test_gang_own_leaf_cannot_backfill_at_equal_priority():
-    """Work the gang could not preempt at ``until`` (its own leaf, same priority) may not backfill its hosts."""
-    s = _blocked_gang()
-    s.submit("s", "lab/a", 8, 500)
-    assert s.tick() == [("reserved", "G", ("h0", "h2"), 1000)]
-    assert s.running() == ["b1", "b2"]
-    out = s.tick(1000)
-    assert out[-1] == started("G", [("h0", 8), ("h2", 8)], True, 1060)
-
-
-def test_better_ranked_work_cannot_backfill_a_reservation():
-    """A short job of a leaf the gang may not preempt stays off the reserved hosts, even though it would end in time."""
+def test_better_ranked_short_work_backfills_and_is_taken_back_at_until():
+    """Short work of a leaf the gang could never preempt by fair share may backfill; at ``until`` the gang takes its host back."""
     tree = (("lab", 1, ("admin",)), ("lab/a", 1, ()), ("lab/b", 1, ()), ("lab/c", 1, ()))
     s = Sim(tree, hosts=3)
     s.submit("b1", "lab/b", 8, 1000)
     s.submit("b2", "lab/b", 8, 2000)
     s.tick()
     s.at(10).submit("G", "lab/a", 16, 60, hosts=2)
-    s.submit("c-short", "lab/c", 4, 100)  # lab/c has used nothing: G could not take it back
-    assert s.tick() == [("reserved", "G", ("h0", "h2"), 1000)]
+    s.submit("c-short", "lab/c", 4, 100)  # lab/c has used nothing: it ranks ahead of lab/a
+    assert s.tick() == [
+        ("reserved", "G", ("h0", "h2"), 1000),
+        started("c-short", [("h2", 4)], True, 110),
+    ]
+    out = s.tick(1000)
+    assert preempted("c-short", "reservation", "G", False) in out
+    assert out[-1] == started("G", [("h0", 8), ("h2", 8)], True, 1060)
 
 
 def test_reservation_binds_work_of_a_third_leaf():

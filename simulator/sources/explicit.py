@@ -10,7 +10,7 @@ from simulator.sources import SourceOutput
 from simulator.spec import WorkloadSpec
 
 
-class Config(msgspec.Struct, frozen=True, kw_only=True, tag="list"):
+class Config(msgspec.Struct, frozen=True, kw_only=True, tag="list", forbid_unknown_fields=True):
     """``[[sources]]`` with ``type = "list"`` and ``[[sources.workloads]]`` tables."""
 
     workloads: list[WorkloadSpec] = []

@@ -31,7 +31,7 @@ from simulator.spec import BudgetNodeSpec, WorkloadSpec
 DAY = 86_400
 
 
-class TeamConfig(msgspec.Struct, frozen=True, kw_only=True):
+class TeamConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A team (a budget node) and its researchers (generated leaves under it)."""
 
     path: str
@@ -43,7 +43,7 @@ class TeamConfig(msgspec.Struct, frozen=True, kw_only=True):
     demand: float = 1.0
 
 
-class ClassConfig(msgspec.Struct, frozen=True, kw_only=True):
+class ClassConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One workload class."""
 
     kind: str
@@ -62,13 +62,14 @@ class ClassConfig(msgspec.Struct, frozen=True, kw_only=True):
     bursty: bool = True              # follows the team's busy/quiet phases
 
 
-class Config(msgspec.Struct, frozen=True, kw_only=True, tag="generator"):
+class Config(msgspec.Struct, frozen=True, kw_only=True, tag="generator", forbid_unknown_fields=True):
     """``[[sources]]`` with ``type = "generator"``."""
 
     teams: list[TeamConfig]
     classes: list[ClassConfig]
     capacity_gpus: int | None = None  # default: the scenario cluster's GPUs (filled in by the loader)
     horizon_s: int | None = None      # default: the scenario horizon
+    host_gpus: int | None = None      # default: the scenario cluster's GPUs per host
     burst: float = 0.6                # busy phases run at (1 + burst), quiet at (1 - burst)
     # Researchers size jobs to their budget: a team submits no workload larger
     # than this multiple of its entitlement in GPUs (its smallest size always
@@ -176,6 +177,11 @@ def _generate(
     team_gpus: dict[str, float],
 ) -> list[WorkloadSpec]:
     rng = random.Random(f"{seed}:class:{cls.kind}")
+    host_gpus = config.host_gpus or 8
+    bad = [g for g in cls.gpus if g > host_gpus and g % host_gpus]
+    if bad:
+        raise GeneratorError(f"class {cls.kind}: sizes {bad} exceed a {host_gpus}-GPU host but are "
+                             f"not whole hosts")
     gw = cls.gpus_weights or [1.0] * len(cls.gpus)
     if len(gw) != len(cls.gpus):
         raise GeneratorError(f"class {cls.kind}: gpus_weights must match gpus")
@@ -217,7 +223,8 @@ def _generate(
         submit_at = grid[k] + rng.randrange(step)
         leaf, user = rng.choice(researchers[team])
         gpus = rng.choices(sizes[team][0], weights=sizes[team][1])[0]
-        hosts = max(1, gpus // 8) if gpus > 8 else 1
+        # Larger than a host: a gang of whole hosts (sizes must be multiples of the host).
+        hosts = -(-gpus // host_gpus) if gpus > host_gpus else 1
         dur = int(cls.duration_median_s * math.exp(rng.gauss(0, cls.duration_sigma)))
         dur = max(cls.duration_min_s, min(cls.duration_max_s, dur))
         mr = rng.randint(lo, hi) if hi > 0 else 0

@@ -80,7 +80,7 @@ class PhillyTraceError(ValueError):
         self.column = column
 
 
-class Config(msgspec.Struct, frozen=True, kw_only=True, tag="philly"):
+class Config(msgspec.Struct, frozen=True, kw_only=True, tag="philly", forbid_unknown_fields=True):
     """The ``[[sources]]`` table with ``type = "philly"``: which part of the trace, and the fill-in knobs."""
 
     # CSV path, relative to the scenario file's directory (or absolute).
