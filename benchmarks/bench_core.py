@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"fold determinism: two folds of the log give equal fingerprints ({time.perf_counter() - t0:.2f} s)")
 
 
-def Engine_fingerprint(log: list) -> str:  # noqa: N802 - reads as a noun
+def Engine_fingerprint(log: list) -> str:
     e = Engine()
     for ev in log:
         e.fold(ev)

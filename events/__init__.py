@@ -8,11 +8,28 @@ additive evolution with upcasters for the rare breaking change.
 from events.base import SCHEMA_VERSION, ChildShare, Event, Slot
 from events.budget import BudgetEditReason, BudgetEditRejected, BudgetNodeDefined, BudgetSharesSet
 from events.clock import ClockTicked
-from events.codec import MalformedEvent, decode, encode, encode_lines, iter_lines, read_log, write_log
+from events.codec import (
+    MalformedEvent,
+    decode,
+    encode,
+    encode_lines,
+    iter_lines,
+    read_log,
+    write_log,
+)
 from events.host import HostAdded, HostDrained, HostFaulted, HostRemoved, HostRepaired
 from events.policy import DAY_S, HOUR_S, PolicyConfigured
 from events.rejection import InputReason, InputRejected
-from events.union import ALL_TYPES, DERIVED_TAGS, DERIVED_TYPES, INPUT_TAGS, INPUT_TYPES, TAGS, AnyEvent, tag_of
+from events.union import (
+    ALL_TYPES,
+    DERIVED_TAGS,
+    DERIVED_TYPES,
+    INPUT_TAGS,
+    INPUT_TYPES,
+    TAGS,
+    AnyEvent,
+    tag_of,
+)
 from events.workload import (
     PreemptionReason,
     RejectReason,

@@ -331,20 +331,22 @@ class Cycle:
 
     def could_free(self, w: Workload, commitment: int) -> bool:
         """A necessary condition for a search for ``w`` to succeed (see ``freeable``)."""
-        return self.freeable(w.budget, commitment) >= w.gpus
+        return self.freeable(w.budget, commitment, w.priority) >= w.gpus
 
-    def freeable(self, leaf: str, commitment: int) -> int:
+    def freeable(self, leaf: str, commitment: int, priority: int | None = None) -> int:
         """At most how many GPUs a workload of ``leaf`` committing ``commitment`` could get.
 
         Under the fair-share rule, whether it may take a victim is decided at the
         level where their paths part, by comparing its side with the victim's
         side: so the victims it may take are whole sibling subtrees. Their GPUs,
-        plus unallocated victims, plus its own leaf's (priority), plus free GPUs,
-        bound what it could ever get. O(siblings along its path).
+        plus unallocated victims, plus its own leaf's of lower ``priority`` (all
+        of them when None), plus free GPUs, bound what it could ever get.
+        O(siblings along its path).
         """
         idx = self.victims()
         by_node = idx.by_node
-        have = self.capacity.total_free + idx.unallocated_gpus + by_node.get(leaf, 0)
+        own = by_node.get(leaf, 0) if priority is None else idx.lower_priority_gpus(leaf, priority)
+        have = self.capacity.total_free + idx.unallocated_gpus + own
         r = self.ranking
         use, shares, children = r.use, r.shares, r.children
         path = r._paths[leaf]

@@ -16,7 +16,6 @@ from __future__ import annotations
 from bisect import insort
 from typing import TYPE_CHECKING
 
-
 if TYPE_CHECKING:
     from scheduler.state import State
 

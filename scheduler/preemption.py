@@ -87,8 +87,8 @@ class VictimIndex:
     protection ends, and the memo key covers exactly those.
     """
 
-    __slots__ = ("_base", "_ids", "_on_host", "_usable", "_victims", "by_node", "gone", "paths",
-                 "size", "unallocated_gpus", "victim_gpus")
+    __slots__ = ("_base", "_ids", "_on_host", "_usable", "_victims", "by_node", "by_priority",
+                 "gone", "paths", "size", "unallocated_gpus", "victim_gpus")
 
     def __init__(self) -> None:
         self.victim_gpus: dict[str, int] = {}  # upper bound on what preemption can free per host
@@ -96,6 +96,9 @@ class VictimIndex:
         # their path), and unallocated victims' GPUs: the cycle's cheap upper bound
         # on what a candidate could free before it pays for a search.
         self.by_node: dict[str, int] = {}
+        # Per leaf, allocated victims' GPUs by priority: inside a leaf only lower
+        # priority may be taken, so the bound counts only those.
+        self.by_priority: dict[str, dict[int, int]] = {}
         self.unallocated_gpus = 0
         self.paths: dict[str, list[str]] = {}
         self.gone: set[str] = set()
@@ -157,6 +160,7 @@ class VictimIndex:
         idx._on_host = idx._base._on_host
         idx.victim_gpus = dict(self.victim_gpus)
         idx.by_node = dict(self.by_node)
+        idx.by_priority = {leaf: dict(p) for leaf, p in self.by_priority.items()}
         idx.unallocated_gpus = self.unallocated_gpus
         idx.size = self.size
         idx.gone = gone
@@ -189,6 +193,12 @@ class VictimIndex:
         by_node = self.by_node
         for node in self.paths.get(w.budget, ()):
             by_node[node] = by_node.get(node, 0) + gpus
+        prio = self.by_priority.setdefault(w.budget, {})
+        prio[w.priority] = prio.get(w.priority, 0) + gpus
+
+    def lower_priority_gpus(self, leaf: str, priority: int) -> int:
+        """GPUs of ``leaf``'s own victims with priority below ``priority``."""
+        return sum(g for p, g in self.by_priority.get(leaf, {}).items() if p < priority)
 
     def discard(self, w: Workload) -> None:
         """``w`` stopped this cycle: it can no longer free anything."""

@@ -35,7 +35,13 @@ from events import (
     WorkloadStarted,
     WorkloadSubmitted,
 )
-from projections import BudgetTree, ClusterProjection, UsageProjection, Workload, WorkloadsProjection
+from projections import (
+    BudgetTree,
+    ClusterProjection,
+    UsageProjection,
+    Workload,
+    WorkloadsProjection,
+)
 from projections.workloads import CANCELLED, PENDING, PREEMPTED
 from scheduler.validation import shape_of, validate
 from scheduler.verdict import Ignore, Reject, Verdict

@@ -25,8 +25,6 @@ from events import (
     Event,
     HostDrained,
     PolicyConfigured,
-    WorkloadCancelled,
-    WorkloadFinished,
     WorkloadPreempted,
     WorkloadStarted,
 )

@@ -107,10 +107,10 @@ def test_replay_catches_a_deleted_decision() -> None:
 def test_replay_catches_an_inserted_decision() -> None:
     """A decision the scheduler never made is reported as unexpected."""
     log, _ = simulate(GOLDEN / "debug_preempts_unallocated.toml")
-    forged = [e for e in log if type(e).__struct_config__.tag == "workload.started"][0]
+    forged = next(e for e in log if type(e).__struct_config__.tag == "workload.started")
     raw = json.loads(encode_lines([forged]))
     raw["id"] = "forged/0"
-    doctored = log + [decode(json.dumps(raw))]
+    doctored = [*log, decode(json.dumps(raw))]
     result = replay(enumerate(doctored, 1))
     assert not result.ok and result.divergence is not None
     assert result.divergence.kind == "unexpected"
