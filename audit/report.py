@@ -6,31 +6,24 @@ delivered time, owed vs received per team, queue-wait percentiles per kind,
 preemptions and the work they lost, fragmentation, and how long the largest
 gang waited. ``render`` lays several runs side by side (allot vs baseline).
 
-The figures are plain queries over the views in audit/sql/views.sql. For speed
-on large logs, ``summary`` first snapshots the run's expensive intermediate
-views into TEMP tables of the same names: DuckDB resolves names in the temp
-schema first, so every downstream view then reads the snapshot instead of
-recomputing the chain from ``events``. The SQL is the same either way; only the
-amount of repeated work changes. The snapshots are dropped before returning.
+The figures are plain queries over the views in audit/sql/views.sql. The
+expensive part of those views (pairing starts with stops per workload, each
+host's timeline, and the hourly totals built on them) is computed once per run
+when the log is loaded and stored in the derived_* tables (audit/sql/derive.sql),
+so a summary reads small tables. If a run's derived rows are stale (a database
+from an older version, or events edited by hand), ``summary`` derives them again
+first, or, on a read-only database, computes from the plain views instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import duckdb
 from rich.table import Table
 
-# Views snapshotted per run, in dependency order: each later one reads the
-# earlier snapshots. ``events`` itself is shadowed by a filtered TEMP VIEW so
-# every view sees only this run, without copying it.
-MATERIALISED: tuple[str, ...] = (
-    "log_span", "hours", "policy", "lifecycle", "workloads", "runs", "host_faults",
-    # Materialising a window's input separately halves the cost of host_intervals.
-    "host_changes", "cluster_hours", "teams", "team_demand_by_hour",
-)
+from audit.load import create_plain_views, drop_plain_views, ensure_derived
 
 
 class UnknownRun(KeyError):
@@ -43,35 +36,6 @@ class UnknownRun(KeyError):
 def runs_in(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Every run loaded in the database, sorted."""
     return [r[0] for r in con.execute("SELECT DISTINCT run FROM events ORDER BY run").fetchall()]
-
-
-@contextmanager
-def _scoped_to(con: duckdb.DuckDBPyConnection, run: str) -> Iterator[None]:
-    """Within the block, the views compute only ``run``, from snapshots of their inputs."""
-    made: list[tuple[str, str]] = []
-    # Fully qualified: "main" alone would also match the temp catalog's own main schema.
-    (db,) = _one(con, "SELECT current_database()", [])
-    base = f"{_quote(db)}.main"
-    try:
-        # A view definition cannot take parameters, hence the quoted literal.
-        con.execute("CREATE OR REPLACE TEMP VIEW events AS "
-                    f"SELECT * FROM {base}.events WHERE run = {_literal(run)}")
-        made.append(("VIEW", "events"))
-        for name in MATERIALISED:
-            con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM {base}.{name}")
-            made.append(("TABLE", name))
-        yield
-    finally:
-        for kind, name in reversed(made):
-            con.execute(f"DROP {kind} IF EXISTS temp.main.{name}")
-
-
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> tuple[Any, ...]:
@@ -89,8 +53,15 @@ def summary(con: duckdb.DuckDBPyConnection, run: str, wall_seconds: float | None
     """
     if not _one(con, "SELECT count(*) FROM events WHERE run = ?", [run])[0]:
         raise UnknownRun(run)
-    with _scoped_to(con, run):
+    if ensure_derived(con, run):
         return _summary(con, run, wall_seconds)
+    # A read-only database whose derived rows for this run are stale (or that
+    # predates them): the same figures, computed from the events alone.
+    create_plain_views(con)
+    try:
+        return _summary(con, run, wall_seconds)
+    finally:
+        drop_plain_views(con)
 
 
 def _summary(con: duckdb.DuckDBPyConnection, run: str, wall_seconds: float | None) -> dict[str, Any]:

@@ -123,21 +123,13 @@ class UsageProjection:
             u.total -= u.buckets.pop(order.popleft())
 
     def usage(self, leaf: str, now: int) -> int:
-        """GPU-seconds charged to ``leaf`` inside the window ending at ``now`` (read-only)."""
+        """GPU-seconds charged to ``leaf`` inside the window ending at ``now`` (read-only).
+
+        ``now`` must not be before the leaf's last accrual (it never is for the
+        state's own clock).
+        """
         u = self.leaves.get(leaf)
-        if u is None:
-            return 0
-        b = self.bucket_s
-        kmin = (now - self.window_s) // b + 1
-        total = u.total
-        for k in u.order:
-            if k >= kmin:
-                break
-            total -= u.buckets[k]
-        start = max(u.since, kmin * b)
-        if u.rate and now > start:
-            total += u.rate * (now - start)
-        return total
+        return 0 if u is None else self._value_at(u, now)
 
     def usage_of(self, leaves: list[str], now: int) -> dict[str, int]:
         """Windowed usage of many leaves exactly at ``now``: a fair-share boundary or later.

@@ -78,6 +78,7 @@ class Cycle:
         self.trace = trace
         self.gone: set[str] = set()  # workloads stopped in this cycle
         self._victims: VictimIndex | None = None
+        self._ranking: Ranking | None = None
         # Per leaf, (hosts, GPUs per host, commitment) of searches that found no plan.
         self.failed: dict[str, list[tuple[int, int, int]]] = {}
         self.to_reserve: list[Workload] = []  # blocked, reservation not yet worked out
@@ -90,12 +91,11 @@ class Cycle:
     def run(self) -> list[Event]:
         # 1. Snapshot (with the reservations still standing).
         self.capacity = Capacity(self.state)
-        self.committed = commitments(self.state)
         self.load_reservations()
         # 2. Drain faulty hosts.
         self.drain_faulty_hosts()
-        # 3. Rank allocations.
-        self.ranking = Ranking(self.state, self.committed)
+        # 3. Rank allocations: on first use (the ``ranking`` property), since
+        #    about half the cycles of a busy cluster never need the order.
         # 4. Admit allocated work: fit, else preempt, else reserve.
         self.admit_allocated()
         # 5. Lend what is left to unallocated work.
@@ -378,12 +378,12 @@ class Cycle:
         due = self.due.get(w.id)
 
         def rule(v: Victim) -> str | None:
+            if v.cls <= UNALLOCATED:
+                return "reclaim_unallocated"
             if due is not None:  # a due reservation takes back its hosts from backfill
                 hosts, since = due
                 if (v.w.started_at or 0) >= since and any(h in hosts for h, _ in v.w.placement):
                     return "reservation"
-            if v.cls <= UNALLOCATED:
-                return "reclaim_unallocated"
             vb = v.w.budget
             if vb == budget:
                 return "priority" if v.w.priority < priority else None
@@ -469,33 +469,40 @@ class Cycle:
             return
         depth = self.policy.queue_depth
         cap = self.capacity
-        # Shapes that did not fit; a larger one will not either, and capacity only
-        # shrinks in this step. Once every shape waiting is ruled out, stop.
-        failed: list[tuple[int, int]] = []
+        # Shapes that did not fit, with every waiting shape at least as large in
+        # both dimensions: they will not fit either, since capacity only shrinks
+        # in this step. Once every shape waiting is ruled out, stop.
         shapes = self.state.workloads.free_shapes
-        for leaf in self.ranking.leaf_order():
+        ruled: set[tuple[int, int]] = set()
+        for leaf in self.ranking.iter_leaves():
             queue = pending.get(leaf)
             if not queue:
                 continue
             for _, w in queue[:depth]:
                 if cap.total_free <= 0:
                     return
-                n, k = w.hosts, w.gpus_per_host
-                if any(n >= fn and k >= fk for fn, fk in failed):
-                    hosts = None
-                else:
+                n, k = shape = w.hosts, w.gpus_per_host
+                if shape not in ruled:
                     hosts = cap.choose(n, k, self.now)
                     if hosts is not None:
                         self.start(w, hosts)
                         continue
-                    failed.append((n, k))
-                    if all(any(sn >= fn and sk >= fk for fn, fk in failed) for sn, sk in shapes):
+                    ruled.update(s for s in shapes if s[0] >= n and s[1] >= k)
+                    ruled.add(shape)
+                    if len(ruled) >= len(shapes) and ruled.issuperset(shapes):
                         return
                 if self.trace is not None:
                     self.trace[w.id] = Outcome("blocked", "no_placement",
                                                "unallocated work only fills free GPUs")
 
     # ------------------------------------------------------------------ effects
+
+    @property
+    def ranking(self) -> Ranking:
+        """Step 3, the fair-share order of this cycle (computed when first asked for)."""
+        if self._ranking is None:
+            self._ranking = Ranking(self.state, commitments(self.state))
+        return self._ranking
 
     def victims(self) -> VictimIndex:
         if self._victims is None:

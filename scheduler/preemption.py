@@ -14,7 +14,7 @@ candidate, so nothing is ever preempted in vain.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Set
 from typing import TYPE_CHECKING
 
 from projections.workloads import Workload
@@ -234,21 +234,9 @@ class VictimIndex:
             deficit = per_host - free
             if deficit > bound[host] or not capacity.allowed(host, ends_by, who):
                 continue
-            chosen: list[tuple[Victim, str]] = []
-            got = 0
-            for v in victims:  # in cost order
-                if v.w.id in gone:
-                    continue
-                why = eligible(v)
-                if why is None:
-                    continue
-                chosen.append((v, why))
-                got += _gpus_on(v, host)
-                if got >= deficit:
-                    break
-            if got < deficit:
+            chosen = _take(victims, host, deficit, gone, eligible)
+            if chosen is None:
                 continue
-            _prune(chosen, host, got, deficit)
             key = (plan_cost([v for v, _ in chosen]), free, host)
             if best is None or key < best[0]:
                 best = (key, chosen)
@@ -312,21 +300,10 @@ class VictimIndex:
                     have += _gpus_on(v, host)
             if have >= per_host:
                 return ((0, 0, 0, 0, 0, 0, -have, host), [])
-            chosen: list[tuple[Victim, str]] = []
-            got = have
-            for v in on_host.get(host, ()):
-                if v.w.id in gone or v.w.id in selected:
-                    continue
-                why = eligible(v)
-                if why is None:
-                    continue
-                chosen.append((v, why))
-                got += _gpus_on(v, host)
-                if got >= per_host:
-                    break
-            if got < per_host:
+            chosen = _take(on_host.get(host, ()), host, per_host - have, gone | selected.keys(),
+                           eligible)
+            if chosen is None:
                 return None
-            _prune(chosen, host, got, per_host)
             by_cls = [0, 0, 0, 0]
             spread = 0
             for v, _ in chosen:
@@ -380,30 +357,30 @@ def _gpus_on(v: Victim, host: str) -> int:
     return 0
 
 
-def _prune(chosen: list[tuple[Victim, str]], host: str, got: int, deficit: int) -> None:
-    """Drop, most expensive first, picks that turned out not to be needed."""
-    for item in reversed(list(chosen)):
-        g = _gpus_on(item[0], host)
-        if got - g >= deficit:
-            chosen.remove(item)
-            got -= g
+def _take(victims: Iterable[Victim], host: str, deficit: int, skip: Set[str],
+          eligible: Eligibility) -> list[tuple[Victim, str]] | None:
+    """The cheapest eligible victims on ``host`` freeing ``deficit`` GPUs, or None.
 
-
-def _cover(usable: list[Victim], host: str, deficit: int) -> list[Victim] | None:
-    """Greedy cheapest victims on ``host`` freeing ``deficit`` GPUs, then drop the unneeded."""
-    chosen: list[Victim] = []
+    Victims come in cost order; take them until enough is freed, then drop,
+    most expensive first, any pick that turned out not to be needed.
+    """
+    chosen: list[tuple[Victim, str]] = []
     got = 0
-    for v in usable:  # already in cost order
-        chosen.append(v)
+    for v in victims:
+        if v.w.id in skip:
+            continue
+        why = eligible(v)
+        if why is None:
+            continue
+        chosen.append((v, why))
         got += _gpus_on(v, host)
         if got >= deficit:
             break
     if got < deficit:
         return None
-    # Drop the most expensive picks that turned out not to be needed.
-    for v in reversed(list(chosen)):
-        g = _gpus_on(v, host)
+    for item in reversed(list(chosen)):
+        g = _gpus_on(item[0], host)
         if got - g >= deficit:
-            chosen.remove(v)
+            chosen.remove(item)
             got -= g
     return chosen

@@ -18,6 +18,7 @@ Everything is integers (GPU-seconds, share weights), so comparisons are exact.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -111,18 +112,26 @@ class Ranking:
 
     def leaf_order(self) -> list[str]:
         """Every leaf, best-served-next first."""
+        return list(self.iter_leaves())
+
+    def iter_leaves(self) -> Iterator[str]:
+        """The leaves in ``leaf_order``, sorting each level only when the walk reaches it.
+
+        A caller that stops early (no free GPU left) skips the rest of the tree.
+        Sorted orders are cached until a commitment dirties them, so do not
+        ``commit`` while iterating.
+        """
         root = self.tree.root
         if root is None:
-            return []
-        out: list[str] = []
+            return
+        children = self.children
         stack = [root]
         while stack:
             p = stack.pop()
-            if p in self.children:
+            if p in children:
                 stack.extend(reversed(self.sorted_children(p)))
             else:
-                out.append(p)
-        return out
+                yield p
 
     # -- walking with admissions ---------------------------------------------------
 

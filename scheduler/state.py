@@ -43,7 +43,7 @@ from projections import (
     WorkloadsProjection,
 )
 from projections.workloads import CANCELLED, PENDING, PREEMPTED
-from scheduler.validation import shape_of, validate
+from scheduler.validation import validate
 from scheduler.verdict import Ignore, Reject, Verdict
 
 DEFAULT_POLICY = PolicyConfigured(id="default-policy", at=0, actor="allot", source="allot")
@@ -129,15 +129,15 @@ class State:
         self.position += 1
         self.last_id = event.id
         self._remember(event)
-        verdict: Verdict = None
         if not (event.cause is not None if trusted is None else trusted):
             verdict = validate(self, event)
             if verdict is not None:
                 return verdict
-        self._fold[type(event)](event)
-        if type(event) is not ClockTicked:
+        kind = type(event)
+        self._fold[kind](event)
+        if kind is not ClockTicked:
             self.version += 1
-        return verdict
+        return None
 
     # -- helpers for validation ---------------------------------------------------
 
@@ -172,8 +172,10 @@ class State:
         self.cluster_state.drained(e.host)
 
     def _submitted(self, e: WorkloadSubmitted) -> None:
-        shape = shape_of(e)
-        assert not isinstance(shape, str)  # validation guarantees a shape
+        if e.gpus_per_host is not None:
+            shape = (e.hosts, e.gpus_per_host)
+        else:  # validation guarantees the GPUs split evenly
+            shape = (e.hosts, e.gpus // e.hosts)
         wl = self.workloads
         self.workloads.submit(Workload(
             id=e.workload, budget=e.budget, user=e.user, gpus=e.gpus, hosts=shape[0],

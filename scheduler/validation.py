@@ -8,9 +8,10 @@ exact rule that refused its input.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from events import (
-    DERIVED_TAGS,
+    DERIVED_TYPES,
     BudgetEditReason,
     BudgetNodeDefined,
     BudgetSharesSet,
@@ -31,6 +32,9 @@ from projections.budget_tree import parent_of
 from projections.cluster import OK
 from projections.workloads import ENDED, PENDING, RUNNING
 from scheduler.verdict import Ignore, Reject, Verdict
+
+if TYPE_CHECKING:
+    from scheduler.state import State
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
@@ -53,11 +57,8 @@ def shape_of(e: WorkloadSubmitted) -> tuple[int, int] | str:
     return e.hosts, per
 
 
-def validate(state: object, e: Event) -> Verdict:
-    """The verdict on input ``e`` in ``state`` (a scheduler.state.State)."""
-    from scheduler.state import State  # local: avoid an import cycle
-
-    assert isinstance(state, State)
+def validate(state: State, e: Event) -> Verdict:
+    """The verdict on input ``e`` in ``state``."""
     if e.cluster != state.cluster:
         return Reject("input", InputReason.WRONG_CLUSTER,
                       f"event for cluster {e.cluster!r} sent to {state.cluster!r}")
@@ -65,10 +66,11 @@ def validate(state: object, e: Event) -> Verdict:
         return Reject("input", InputReason.NOT_AN_INPUT,
                       f"inputs carry no cause (got cause={e.cause!r}); "
                       f"only the scheduler derives events")
-    check = _CHECKS.get(type(e))
+    kind = type(e)
+    check = _CHECKS.get(kind)
     if check is None:
-        tag = type(e).__struct_config__.tag
-        if tag in DERIVED_TAGS:
+        if kind in DERIVED_TYPES:
+            tag = kind.__struct_config__.tag
             return Reject("input", InputReason.NOT_AN_INPUT,
                           f"{tag} is decided by the scheduler and cannot be published as input")
         return None

@@ -1,23 +1,35 @@
 -- What load_log computes once per run and stores in the derived_* tables.
 --
--- audit.load.derive runs these statements with `events` shadowed by a TEMP
--- VIEW of one run's rows, so every query here sees a single run and `run` is
--- not part of any key. Each statement writes a TEMP table; the ones named
--- _derived_<x> are then copied into the derived_<x> table of the database
--- (replacing that run's rows), and every TEMP table is dropped.
+-- audit.load runs these statements in order, in one transaction, with
+-- `events` shadowed by a TEMP view of one run's rows: every query here sees a
+-- single run, and `run` is part of no key. Intermediate results are TEMP tables
+-- named _d_<...>. A statement that creates _derived_<view> is not run as
+-- written: its query goes straight into the table derived_<view> (replacing the
+-- run's rows there), and _derived_<view> becomes a TEMP view of those stored
+-- rows for the statements after it. Every TEMP object is dropped at the end.
+-- (Over an empty run the statements run as written, and the column types of the
+-- _derived_<view> tables they create are those of the derived_<view> tables.)
 --
--- The results are exactly those of the plain definitions in plain.sql (the
--- views as they would be computed straight from the events; a test compares
--- the two). The differences are only in how they are computed:
---   * one pass per event type over the run, read into narrow TEMP tables;
+-- The results are exactly those of the plain definitions in plain.sql, the
+-- views computed straight from the events (tests/test_audit_derived.py checks
+-- it). Only the way of computing them differs:
+--   * each kind of event is read once, into a narrow TEMP table;
 --   * every workload gets an integer key, `wkey` (the seq of its first accepted
 --     submission), so the sort that pairs each start with the workload's next
---     lifecycle event, and every join after it, are on integers;
---   * lifecycle event types are small integer codes through the sort;
---   * the per-host timeline merges the changes at the same instant before its
---     running sums (the plain view drops those zero-length steps afterwards).
+--     lifecycle event, and every join after it, are on integers; lifecycle
+--     event types go through that sort as small integer codes;
+--   * derived_runs keeps the workload's key, not its name, budget, team, ...
+--     (the runs view joins them from derived_workloads);
+--   * the per-host timeline runs on integer host ids, and sums the changes of
+--     one host at one instant before its running sums (the plain view sorts
+--     every change and drops the zero-length steps between them afterwards).
 --
 -- `at` and `by` are keywords in DuckDB 2 and are quoted where unqualified.
+
+-- The run's span, policy and hours, read once (each reads the whole run).
+CREATE OR REPLACE TEMP TABLE _d_span AS SELECT * FROM log_span;
+CREATE OR REPLACE TEMP TABLE _d_policy AS SELECT * FROM policy;
+CREATE OR REPLACE TEMP TABLE _d_hours AS SELECT * FROM hours;
 
 -- Inputs the scheduler rejected: the anti-join below drops them (as
 -- accepted_events does), against a table whose size the planner knows.
@@ -36,7 +48,9 @@ CREATE OR REPLACE TEMP TABLE _d_wev AS
 SELECT seq, t, workload,
        (CASE type WHEN 'workload.submitted' THEN 0 WHEN 'workload.started' THEN 1
                   WHEN 'workload.preempted' THEN 2 WHEN 'workload.finished' THEN 3
-                  ELSE 4 END)::UTINYINT AS code
+                  ELSE 4 END)::UTINYINT AS code,
+       CASE WHEN type IN ('workload.preempted', 'workload.finished') THEN requeued END AS requeued,
+       CASE WHEN type IN ('workload.preempted', 'workload.finished') THEN outcome END AS outcome
 FROM _d_accepted
 WHERE type IN ('workload.submitted', 'workload.started', 'workload.preempted', 'workload.finished',
                'workload.cancelled');
@@ -47,13 +61,15 @@ WHERE type IN ('workload.submitted', 'workload.started', 'workload.preempted', '
 CREATE OR REPLACE TEMP TABLE _d_key AS
 SELECT workload, min(seq) AS wkey FROM _d_wev WHERE code = 0 GROUP BY workload;
 
--- Each lifecycle event with the same workload's next one (the lifecycle view).
+-- Each lifecycle event with the same workload's next one (the lifecycle view),
+-- carrying its own requeued and outcome (NULL unless preempted or finished).
 CREATE OR REPLACE TEMP TABLE _d_life AS
-SELECT wkey, seq, t, code,
+SELECT wkey, seq, t, code, requeued, outcome,
        lead(seq) OVER w AS next_seq,
        lead(t) OVER w AS next_t,
        lead(code) OVER w AS next_code
-FROM (SELECT k.wkey, e.seq, e.t, e.code FROM _d_wev AS e JOIN _d_key AS k USING (workload)
+FROM (SELECT k.wkey, e.seq, e.t, e.code, e.requeued, e.outcome
+      FROM _d_wev AS e JOIN _d_key AS k USING (workload)
       WHERE e.code > 0)
 WINDOW w AS (PARTITION BY wkey ORDER BY seq);
 
@@ -70,25 +86,26 @@ FROM events AS e SEMI JOIN _d_key AS k ON e.seq = k.wkey
 WHERE e.type = 'workload.submitted';
 
 -- Per workload: first start, starts, preemptions, the waits after each requeue,
--- and its last lifecycle event (where it stands at the end of the log).
+-- and its last lifecycle event (the one without a next), which says where it
+-- stands at the end of the log.
 CREATE OR REPLACE TEMP TABLE _d_per_workload AS
-SELECT l.wkey,
-       min(l.t) FILTER (WHERE l.code = 1) AS first_started_at,
-       count(*) FILTER (WHERE l.code = 1) AS runs,
-       count(*) FILTER (WHERE l.code = 2) AS preemptions,
-       list(CASE WHEN l.next_code = 1 THEN l.next_t - l.t END ORDER BY l.seq)
-           FILTER (WHERE l.code = 2 AND e.requeued) AS requeue_waits,
-       arg_max(l.code, l.seq) AS last_code,
-       arg_max(l.t, l.seq) AS last_t,
-       arg_max(e.outcome, l.seq) AS last_outcome,
-       arg_max(e.requeued, l.seq) AS last_requeued
-FROM _d_life AS l LEFT JOIN _d_stop AS e ON e.seq = l.seq
-GROUP BY l.wkey;
+SELECT wkey,
+       min(t) FILTER (WHERE code = 1) AS first_started_at,
+       count(*) FILTER (WHERE code = 1) AS runs,
+       count(*) FILTER (WHERE code = 2) AS preemptions,
+       list(CASE WHEN next_code = 1 THEN next_t - t END ORDER BY seq)
+           FILTER (WHERE code = 2 AND requeued) AS requeue_waits,
+       max(code) FILTER (WHERE next_seq IS NULL) AS last_code,
+       max(t) FILTER (WHERE next_seq IS NULL) AS last_t,
+       max(outcome) FILTER (WHERE next_seq IS NULL) AS last_outcome,
+       bool_or(requeued) FILTER (WHERE next_seq IS NULL) AS last_requeued
+FROM _d_life
+GROUP BY wkey;
 
 CREATE OR REPLACE TEMP TABLE _derived_workloads AS
 WITH teams AS (
     SELECT b.budget, team_of(b.budget, p.team_depth) AS team
-    FROM (SELECT DISTINCT budget FROM _d_sub) AS b CROSS JOIN policy AS p
+    FROM (SELECT DISTINCT budget FROM _d_sub) AS b CROSS JOIN _d_policy AS p
 )
 SELECT p.run, sub.wkey, sub.workload, sub.budget, tm.team, sub."user", sub.kind, sub.gpus, sub.hosts,
        sub.min_runtime_s, sub.resumable, sub.priority, sub.min_runtime_s > 0 AS funded,
@@ -106,14 +123,15 @@ SELECT p.run, sub.wkey, sub.workload, sub.budget, tm.team, sub."user", sub.kind,
        c.first_started_at - sub.submitted_at AS first_wait_s,
        coalesce(c.requeue_waits, []::BIGINT[]) AS requeue_waits
 FROM _d_sub AS sub
-CROSS JOIN policy AS p
+CROSS JOIN _d_policy AS p
 LEFT JOIN teams AS tm ON tm.budget IS NOT DISTINCT FROM sub.budget
 LEFT JOIN _d_per_workload AS c USING (wkey);
 
 -- One row per run interval: a start until the workload's next lifecycle event.
+-- The workload's own columns (name, budget, team, ...) are not repeated here:
+-- the runs view joins them from derived_workloads by wkey.
 CREATE OR REPLACE TEMP TABLE _derived_runs AS
-SELECT w.run, w.wkey, w.workload, w.budget, w.team, w."user", w.kind, w.gpus, w.funded,
-       b.allocated, b.protected_until,
+SELECT s.run, l.wkey, b.allocated, b.protected_until,
        l.t AS start_at,
        coalesce(l.next_t, s.end_t) AS stop_at,
        coalesce(l.next_t, s.end_t) - l.t AS duration_s,
@@ -126,8 +144,7 @@ SELECT w.run, w.wkey, w.workload, w.budget, w.team, w."user", w.kind, w.gpus, w.
        l.seq AS start_seq,
        l.next_seq AS stop_seq
 FROM _d_life AS l
-JOIN _derived_workloads AS w USING (wkey)
-CROSS JOIN log_span AS s
+CROSS JOIN _d_span AS s
 JOIN (SELECT seq, allocated, protected_until, placement FROM _d_accepted
       WHERE type = 'workload.started') AS b ON b.seq = l.seq
 LEFT JOIN _d_stop AS e ON e.seq = l.next_seq
@@ -135,8 +152,24 @@ WHERE l.code = 1;
 
 -- Hosts ------------------------------------------------------------------------------
 
--- Every change to a host (as in host_changes), summed per host and instant, plus
--- a last change at the end of the log that brings each host back to zero.
+-- Runs unnested by placement (run_slots).
+CREATE OR REPLACE TEMP TABLE _d_slots AS
+SELECT start_at, stop_at, stop_reason, allocated, slot.host AS host, slot.gpus AS gpus
+FROM (SELECT start_at, stop_at, stop_reason, allocated, unnest(placement) AS slot FROM _derived_runs);
+
+-- Host names as small integers (hid), in name order. A NULL host has no
+-- intervals (the plain view drops them too).
+CREATE OR REPLACE TEMP TABLE _d_hosts AS
+SELECT host, row_number() OVER (ORDER BY host) AS hid
+FROM (SELECT host FROM _d_slots UNION
+      SELECT host FROM _d_accepted WHERE type IN ('host.added', 'host.removed', 'host.faulted',
+                                                  'host.drained', 'host.repaired'))
+WHERE host IS NOT NULL;
+
+-- Every change to a host (as in host_changes), per host and instant: GPUs taken
+-- and given back by runs summed per instant, and the rare membership and fault
+-- changes. The same instant may appear twice for a host; the running sums below
+-- then pass through a zero-length step, which is dropped like any other.
 CREATE OR REPLACE TEMP TABLE _d_host_steps AS
 WITH membership AS (
     SELECT host, t, type, gpus,
@@ -145,58 +178,63 @@ WITH membership AS (
     FROM _d_accepted
     WHERE type IN ('host.added', 'host.removed')
 ),
-slots AS (
-    SELECT start_at, stop_at, stop_reason, allocated, unnest(placement) AS slot FROM _derived_runs
-),
-changes AS (
-    SELECT host, t, CASE WHEN type = 'host.added' THEN gpus ELSE -size END AS d_present,
-           0 AS d_fault, 0 AS d_alloc, 0 AS d_unalloc
+rare AS (
+    SELECT host, t, CASE WHEN type = 'host.added' THEN gpus ELSE -size END AS d_present, 0 AS d_fault
     FROM membership
     UNION ALL
-    SELECT host, faulted_at, 0, 1, 0, 0 FROM host_faults
+    SELECT host, faulted_at, 0, 1 FROM host_faults
     UNION ALL
-    SELECT host, coalesce(repaired_at, removed_at), 0, -1, 0, 0 FROM host_faults
+    SELECT host, coalesce(repaired_at, removed_at), 0, -1 FROM host_faults
     WHERE coalesce(repaired_at, removed_at) IS NOT NULL
-    UNION ALL
-    SELECT slot.host, start_at, 0, 0,
-           CASE WHEN allocated THEN slot.gpus ELSE 0 END, CASE WHEN allocated THEN 0 ELSE slot.gpus END
-    FROM slots
-    UNION ALL
-    SELECT slot.host, stop_at, 0, 0,
-           CASE WHEN allocated THEN -slot.gpus ELSE 0 END, CASE WHEN allocated THEN 0 ELSE -slot.gpus END
-    FROM slots WHERE stop_reason <> 'open'
 ),
-per_instant AS (
-    SELECT host, t, sum(d_present) AS d_present, sum(d_fault) AS d_fault,
-           sum(d_alloc) AS d_alloc, sum(d_unalloc) AS d_unalloc
-    FROM changes GROUP BY host, t
+held AS (
+    SELECT h.hid, c.t, sum(c.d_alloc)::BIGINT AS d_alloc, sum(c.d_unalloc)::BIGINT AS d_unalloc
+    FROM (SELECT host, start_at AS t,
+                 CASE WHEN allocated THEN gpus ELSE 0 END AS d_alloc,
+                 CASE WHEN allocated THEN 0 ELSE gpus END AS d_unalloc
+          FROM _d_slots
+          UNION ALL
+          SELECT host, stop_at,
+                 CASE WHEN allocated THEN -gpus ELSE 0 END, CASE WHEN allocated THEN 0 ELSE -gpus END
+          FROM _d_slots WHERE stop_reason <> 'open') AS c
+    JOIN _d_hosts AS h USING (host)
+    GROUP BY h.hid, c.t
 )
-SELECT host, t, sum(d_present) AS d_present, sum(d_fault) AS d_fault,
-       sum(d_alloc) AS d_alloc, sum(d_unalloc) AS d_unalloc
-FROM (SELECT * FROM per_instant
-      UNION ALL
-      SELECT c.host, s.end_t, -sum(c.d_present), -sum(c.d_fault), -sum(c.d_alloc), -sum(c.d_unalloc)
-      FROM per_instant AS c CROSS JOIN log_span AS s
-      GROUP BY c.host, s.end_t)
-GROUP BY host, t;
+SELECT hid, t, 0::BIGINT AS d_present, 0::BIGINT AS d_fault, d_alloc, d_unalloc FROM held
+UNION ALL
+SELECT h.hid, r.t, r.d_present, r.d_fault, 0, 0 FROM rare AS r JOIN _d_hosts AS h USING (host);
 
--- Each host as a step function, constant on [start_t, stop_t) (host_intervals).
+-- Each host as a step function, constant on [start_t, stop_t) (host_intervals):
+-- running sums over the steps in (host, t) order, with a last step at the end of
+-- the log that brings each host back to zero (so the next host starts at zero).
+-- A step before the end of the log is always followed by a step of the same host
+-- (at the latest, that last one), so `t < end_t` stands for "the next step is
+-- the same host's".
 CREATE OR REPLACE TEMP TABLE _derived_host_intervals AS
-WITH running AS (
-    SELECT host, t,
+WITH closed AS (
+    SELECT hid, t, d_present, d_fault, d_alloc, d_unalloc FROM _d_host_steps
+    UNION ALL
+    SELECT c.hid, s.end_t, -sum(c.d_present), -sum(c.d_fault), -sum(c.d_alloc), -sum(c.d_unalloc)
+    FROM _d_host_steps AS c CROSS JOIN _d_span AS s
+    GROUP BY c.hid, s.end_t
+),
+running AS (
+    SELECT hid, t,
            sum(d_present) OVER w AS present_gpus, sum(d_fault) OVER w AS faults,
            sum(d_alloc) OVER w AS allocated_gpus, sum(d_unalloc) OVER w AS unallocated_gpus,
-           lead(t) OVER w AS next_t, lead(host) OVER w AS next_host
-    FROM _d_host_steps
-    WINDOW w AS (ORDER BY host, t ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+           lead(t) OVER w AS next_t
+    FROM closed
+    WINDOW w AS (ORDER BY hid, t ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 )
-SELECT s.run, host, t AS start_t, next_t AS stop_t,
-       present_gpus::BIGINT AS present_gpus,
-       faults > 0 AS faulty,
-       allocated_gpus::BIGINT AS allocated_gpus,
-       unallocated_gpus::BIGINT AS unallocated_gpus
-FROM running CROSS JOIN log_span AS s
-WHERE next_host = host AND next_t > t;
+SELECT s.run, h.host, r.t AS start_t, r.next_t AS stop_t,
+       r.present_gpus::BIGINT AS present_gpus,
+       r.faults > 0 AS faulty,
+       r.allocated_gpus::BIGINT AS allocated_gpus,
+       r.unallocated_gpus::BIGINT AS unallocated_gpus
+FROM running AS r
+JOIN _d_hosts AS h USING (hid)
+CROSS JOIN _d_span AS s
+WHERE r.t < s.end_t AND r.next_t > r.t;
 
 -- Hourly GPU-hour totals over all hosts (cluster_hours).
 CREATE OR REPLACE TEMP TABLE _derived_cluster_hours AS
@@ -208,7 +246,7 @@ WITH split AS (
 ),
 sized AS (
     SELECT split.*, (least(stop_t, hour + 3600) - greatest(start_t, hour)) / 3600.0 AS h, p.host_gpus
-    FROM split CROSS JOIN policy AS p
+    FROM split CROSS JOIN _d_policy AS p
 )
 SELECT run, hour,
        sum(present_gpus * h) AS total_gpu_h,
@@ -225,15 +263,20 @@ GROUP BY run, hour;
 
 -- Demand and received GPU-hours per team and hour (team_demand_by_hour).
 CREATE OR REPLACE TEMP TABLE _derived_team_demand_by_hour AS
-WITH deltas AS (
+WITH funded_runs AS (
+    SELECT w.team, w.gpus, r.start_at, r.stop_at, r.stop_reason
+    FROM _derived_runs AS r JOIN _derived_workloads AS w USING (wkey)
+    WHERE w.funded
+),
+deltas AS (
     SELECT team, submitted_at AS t, gpus AS d_demand, 0 AS d_received
     FROM _derived_workloads WHERE funded
     UNION ALL
     SELECT team, ended_at, -gpus, 0 FROM _derived_workloads WHERE funded AND ended_at IS NOT NULL
     UNION ALL
-    SELECT team, start_at, 0, gpus FROM _derived_runs WHERE funded
+    SELECT team, start_at, 0, gpus FROM funded_runs
     UNION ALL
-    SELECT team, stop_at, 0, -gpus FROM _derived_runs WHERE funded AND stop_reason <> 'open'
+    SELECT team, stop_at, 0, -gpus FROM funded_runs WHERE stop_reason <> 'open'
 ),
 per_hour AS (
     SELECT d.team, hour_of(d.t) AS hour,
@@ -241,15 +284,15 @@ per_hour AS (
            sum(d.d_received) AS step_received,
            sum(d.d_demand * (least(hour_of(d.t) + 3600, s.end_t) - d.t)) AS tail_demand,
            sum(d.d_received * (least(hour_of(d.t) + 3600, s.end_t) - d.t)) AS tail_received
-    FROM deltas AS d CROSS JOIN log_span AS s
+    FROM deltas AS d CROSS JOIN _d_span AS s
     GROUP BY d.team, hour_of(d.t)
 ),
 grid AS (
     SELECT h.run, k.team, h.hour, h.hour_s, p.step_demand, p.step_received,
            p.tail_demand, p.tail_received
     FROM (SELECT DISTINCT team FROM per_hour) AS k
-    CROSS JOIN hours AS h
-    LEFT JOIN per_hour AS p ON p.team IS NOT DISTINCT FROM k.team AND p.hour = h.hour
+    CROSS JOIN _d_hours AS h
+    LEFT JOIN per_hour AS p ON p.team = k.team AND p.hour = h.hour
 )
 SELECT run, team, hour,
        (coalesce(sum(step_demand) OVER before, 0) * hour_s + coalesce(tail_demand, 0)) / 3600.0

@@ -20,9 +20,19 @@
 --     the hours suffice (see team_demand_by_hour).
 -- Either way the work is proportional to the events, not to events x hours.
 --
--- Performance notes (10M events): the two sorts that matter are the per-workload
--- lifecycle and the per-host timeline; report.summary() snapshots the views it
--- reads so each is computed once.
+-- Derived tables. The views that need a sort over the whole log (pairing each
+-- start with the workload's next lifecycle event; each host's timeline) and
+-- the hourly totals built on them are computed once per run, when the log is
+-- loaded, into the tables derived_workloads, derived_runs,
+-- derived_host_intervals, derived_cluster_hours and
+-- derived_team_demand_by_hour (audit/sql/derive.sql). The views workloads,
+-- runs, waits, host_intervals, cluster_hours and team_demand_by_hour read those
+-- tables; their plain definitions, straight from the events, are in
+-- audit/sql/plain.sql. Every other view is computed when it is read.
+--
+-- This file is run in two parts: everything above the line `-- @derived` is
+-- what derive.sql reads; audit.load creates the derived tables between the two
+-- parts, so the views below can read them.
 --
 -- `at` and `by` are keywords in DuckDB 2 and are quoted where unqualified.
 
@@ -149,7 +159,7 @@ FROM (SELECT DISTINCT run, node FROM budget_nodes) AS n
 JOIN hours AS h USING (run)
 LEFT JOIN weighted AS w ON w.run = h.run AND w.node = n.node AND w.hour = h.hour;
 
--- Workloads ------------------------------------------------------------------------------
+-- Workload events ------------------------------------------------------------------------
 
 -- Accepted lifecycle events of workloads (everything after the submission).
 CREATE OR REPLACE VIEW workload_events AS
@@ -159,9 +169,9 @@ FROM accepted_events
 WHERE type IN ('workload.started', 'workload.preempted', 'workload.finished', 'workload.cancelled');
 
 -- Each lifecycle event with the same workload's next one (NULLs when it is the
--- last). Runs, waits and workloads all read this one sort. It stays narrow on
--- purpose (a sort carries every column along), and runs fetches the details of
--- both ends by seq.
+-- last). The plain definitions of workloads, runs and waits read this one sort
+-- (derive.sql computes the same pairing on integer keys); it is computed when
+-- read, so on a large log it takes seconds.
 CREATE OR REPLACE VIEW lifecycle AS
 SELECT run, workload, seq, t, type,
        lead(seq) OVER w AS next_seq,
@@ -170,82 +180,58 @@ SELECT run, workload, seq, t, type,
 FROM workload_events
 WINDOW w AS (PARTITION BY run, workload ORDER BY seq);
 
--- One row per accepted submission. A repeated identical submission (ignored by
--- the scheduler, so not rejected) does not count: the first one wins.
-CREATE OR REPLACE VIEW workloads AS
-WITH sub AS (
-    SELECT run, workload, budget, "user", kind, gpus, hosts, min_runtime_s, resumable, priority,
-           expected_duration_s, t AS submitted_at, id AS submit_event
+-- Host faults ----------------------------------------------------------------------------
+
+-- One row per fault episode: the first host.faulted after the host was healthy,
+-- until host.repaired (or host.removed). Later faults in the same episode only
+-- escalate its severity.
+CREATE OR REPLACE VIEW host_faults AS
+WITH numbered AS (
+    SELECT run, host, seq, t, type, severity, reason,
+           coalesce(sum(CASE WHEN type IN ('host.repaired', 'host.removed') THEN 1 ELSE 0 END)
+                    OVER (PARTITION BY run, host ORDER BY seq
+                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::BIGINT AS episode
     FROM accepted_events
-    WHERE type = 'workload.submitted'
-    QUALIFY row_number() OVER (PARTITION BY run, workload ORDER BY seq) = 1
-),
-counts AS (
-    SELECT run, workload,
-           min(t) FILTER (WHERE type = 'workload.started') AS first_started_at,
-           count(*) FILTER (WHERE type = 'workload.started') AS runs,
-           count(*) FILTER (WHERE type = 'workload.preempted') AS preemptions
-    FROM lifecycle
-    GROUP BY run, workload
-),
--- The workload's last lifecycle event says where it stands at the end of the log.
-last AS (
-    SELECT l.run, l.workload, l.type, l.t, e.outcome, e.requeued
-    FROM lifecycle AS l
-    LEFT JOIN (SELECT run, seq, outcome, requeued FROM workload_events
-               WHERE type IN ('workload.preempted', 'workload.finished')) AS e
-        ON e.run = l.run AND e.seq = l.seq
-    WHERE l.next_seq IS NULL
+    WHERE type IN ('host.faulted', 'host.drained', 'host.repaired', 'host.removed')
 )
-SELECT sub.run, sub.workload, sub.budget, team_of(sub.budget, p.team_depth) AS team,
-       sub."user", sub.kind, sub.gpus, sub.hosts, sub.min_runtime_s, sub.resumable, sub.priority,
-       sub.min_runtime_s > 0 AS funded, sub.expected_duration_s, sub.submit_event,
-       sub.submitted_at, c.first_started_at,
-       CASE WHEN last.type IN ('workload.finished', 'workload.cancelled')
-                 OR (last.type = 'workload.preempted' AND NOT last.requeued)
-            THEN last.t END AS ended_at,
-       CASE last.type
-            WHEN 'workload.finished' THEN last.outcome
-            WHEN 'workload.cancelled' THEN 'cancelled'
-            WHEN 'workload.started' THEN 'running'
-            WHEN 'workload.preempted' THEN CASE WHEN last.requeued THEN 'pending' ELSE 'preempted' END
-            ELSE 'pending' END AS status,
-       coalesce(c.preemptions, 0) AS preemptions,
-       coalesce(c.runs, 0) AS runs,
-       c.first_started_at - sub.submitted_at AS first_wait_s
-FROM sub
-JOIN policy AS p USING (run)
-LEFT JOIN counts AS c ON c.run = sub.run AND c.workload = sub.workload
-LEFT JOIN last ON last.run = sub.run AND last.workload = sub.workload;
+SELECT run, host, episode,
+       CASE WHEN bool_or(severity = 'failed') THEN 'failed' ELSE 'degraded' END AS severity,
+       arg_min(reason, seq) FILTER (WHERE type = 'host.faulted') AS reason,
+       count(*) FILTER (WHERE type = 'host.faulted') AS faults,
+       min(t) FILTER (WHERE type = 'host.faulted') AS faulted_at,
+       min(t) FILTER (WHERE type = 'host.drained') AS drained_at,
+       min(t) FILTER (WHERE type = 'host.repaired') AS repaired_at,
+       min(t) FILTER (WHERE type = 'host.removed') AS removed_at,
+       min(t) FILTER (WHERE type = 'host.drained') - min(t) FILTER (WHERE type = 'host.faulted') AS drain_s
+FROM numbered
+GROUP BY run, host, episode
+HAVING count(*) FILTER (WHERE type = 'host.faulted') > 0;
+
+-- @derived ----------------------------------------------------------------------------------
+-- The derived_* tables exist from here on (see audit/sql/derive.sql).
+
+-- Workloads ------------------------------------------------------------------------------
+
+-- One row per accepted submission. A repeated identical submission (ignored by
+-- the scheduler, so not rejected) does not count: the first one wins. Stored
+-- per run in derived_workloads (plain definition: plain.sql).
+CREATE OR REPLACE VIEW workloads AS
+SELECT run, workload, budget, team, "user", kind, gpus, hosts, min_runtime_s, resumable, priority,
+       funded, expected_duration_s, submit_event, submitted_at, first_started_at, ended_at, status,
+       preemptions, runs, first_wait_s
+FROM derived_workloads;
 
 -- One row per run interval: a workload.started until the workload's next
 -- preempted / finished / cancelled event, or the end of the log ('open').
+-- Stored per run in derived_runs, which keeps only the workload's key; its
+-- name, budget, team, ... come from derived_workloads (plain definition:
+-- plain.sql).
 CREATE OR REPLACE VIEW runs AS
-SELECT l.run, l.workload, w.budget, w.team, w."user", w.kind, w.gpus, w.funded,
-       b.allocated, b.protected_until,
-       l.t AS start_at,
-       coalesce(l.next_t, s.end_t) AS stop_at,
-       coalesce(l.next_t, s.end_t) - l.t AS duration_s,
-       CASE l.next_type
-            WHEN 'workload.finished' THEN e.outcome
-            WHEN 'workload.cancelled' THEN 'cancelled'
-            WHEN 'workload.preempted' THEN 'preempted'
-            ELSE 'open' END AS stop_reason,
-       CASE WHEN l.next_type = 'workload.preempted' THEN e.reason END AS preempt_reason,
-       e."by" AS preempted_by,
-       e.requeued,
-       b.placement,
-       l.seq AS start_seq,
-       l.next_seq AS stop_seq
-FROM lifecycle AS l
-JOIN workloads AS w USING (run, workload)
-JOIN log_span AS s ON s.run = l.run
-JOIN (SELECT run, seq, allocated, protected_until, placement FROM workload_events
-      WHERE type = 'workload.started') AS b ON b.run = l.run AND b.seq = l.seq
-LEFT JOIN (SELECT run, seq, reason, "by", requeued, outcome FROM workload_events
-           WHERE type IN ('workload.preempted', 'workload.finished')) AS e
-    ON e.run = l.run AND e.seq = l.next_seq
-WHERE l.type = 'workload.started';
+SELECT r.run, w.workload, w.budget, w.team, w."user", w.kind, w.gpus, w.funded, r.allocated,
+       r.protected_until, r.start_at, r.stop_at, r.duration_s, r.stop_reason, r.preempt_reason,
+       r.preempted_by, r.requeued, r.placement, r.start_seq, r.stop_seq
+FROM derived_runs AS r
+JOIN derived_workloads AS w USING (run, wkey);
 
 -- Teams: nodes at the policy's team_depth, plus the team of any workload whose
 -- budget is shallower than that depth (it is then its own team).
@@ -266,21 +252,11 @@ FROM (SELECT *, unnest(placement) AS slot FROM runs);
 
 -- Per workload: the first queue wait, and the wait after each requeue
 -- (preempted with requeued -> next start; NULL when it never restarted).
+-- Stored per run in derived_workloads (plain definition: plain.sql).
 CREATE OR REPLACE VIEW waits AS
-WITH requeues AS (
-    SELECT l.run, l.workload,
-           list(CASE WHEN l.next_type = 'workload.started' THEN l.next_t - l.t END ORDER BY l.seq)
-               AS requeue_waits
-    FROM lifecycle AS l
-    JOIN workload_events AS e ON e.run = l.run AND e.seq = l.seq
-    WHERE l.type = 'workload.preempted' AND e.requeued
-    GROUP BY l.run, l.workload
-)
-SELECT w.run, w.workload, w.kind, w.gpus, w.hosts, w.funded, w.team, w.budget,
-       w.submitted_at, w.first_started_at, w.first_wait_s,
-       coalesce(r.requeue_waits, []::BIGINT[]) AS requeue_waits
-FROM workloads AS w
-LEFT JOIN requeues AS r USING (run, workload);
+SELECT run, workload, kind, gpus, hosts, funded, team, budget, submitted_at, first_started_at,
+       first_wait_s, requeue_waits
+FROM derived_workloads;
 
 -- First-wait percentiles per kind and over all kinds ('all'); workloads that
 -- never started are counted (never_started) but have no wait to rank. (Read
@@ -316,31 +292,6 @@ GROUP BY run, preempt_reason;
 
 -- Hosts ---------------------------------------------------------------------------------
 
--- One row per fault episode: the first host.faulted after the host was healthy,
--- until host.repaired (or host.removed). Later faults in the same episode only
--- escalate its severity.
-CREATE OR REPLACE VIEW host_faults AS
-WITH numbered AS (
-    SELECT run, host, seq, t, type, severity, reason,
-           coalesce(sum(CASE WHEN type IN ('host.repaired', 'host.removed') THEN 1 ELSE 0 END)
-                    OVER (PARTITION BY run, host ORDER BY seq
-                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::BIGINT AS episode
-    FROM accepted_events
-    WHERE type IN ('host.faulted', 'host.drained', 'host.repaired', 'host.removed')
-)
-SELECT run, host, episode,
-       CASE WHEN bool_or(severity = 'failed') THEN 'failed' ELSE 'degraded' END AS severity,
-       arg_min(reason, seq) FILTER (WHERE type = 'host.faulted') AS reason,
-       count(*) FILTER (WHERE type = 'host.faulted') AS faults,
-       min(t) FILTER (WHERE type = 'host.faulted') AS faulted_at,
-       min(t) FILTER (WHERE type = 'host.drained') AS drained_at,
-       min(t) FILTER (WHERE type = 'host.repaired') AS repaired_at,
-       min(t) FILTER (WHERE type = 'host.removed') AS removed_at,
-       min(t) FILTER (WHERE type = 'host.drained') - min(t) FILTER (WHERE type = 'host.faulted') AS drain_s
-FROM numbered
-GROUP BY run, host, episode
-HAVING count(*) FILTER (WHERE type = 'host.faulted') > 0;
-
 -- Every change to a host: GPUs added (host.added) or taken away (host.removed),
 -- a fault episode starting (+1) or ending (-1), GPUs taken or given back by
 -- allocated / unallocated runs.
@@ -371,63 +322,20 @@ FROM run_slots WHERE stop_reason <> 'open';
 
 -- Each host as a step function: GPUs present, whether it is faulty (faulted or
 -- drained, awaiting repair), and GPUs held by allocated / unallocated runs,
--- constant on [start_t, stop_t).
---
--- The running totals go over one order per run, (host, t), rather than one
--- partition per host, which DuckDB computes about twice as slowly. Each host
--- gets a last change at the end of the log that brings its totals back to zero,
--- so the next host starts from zero too. Changes at the same instant are not
--- merged first: the interim levels between them last zero seconds, and those
--- empty intervals are dropped.
+-- constant on [start_t, stop_t). Stored per run in derived_host_intervals
+-- (plain definition: plain.sql).
 CREATE OR REPLACE VIEW host_intervals AS
-WITH closed AS (
-    SELECT run, host, t, d_present, d_fault, d_alloc, d_unalloc FROM host_changes
-    UNION ALL
-    SELECT c.run, c.host, s.end_t, -sum(c.d_present), -sum(c.d_fault), -sum(c.d_alloc),
-           -sum(c.d_unalloc)
-    FROM host_changes AS c JOIN log_span AS s USING (run)
-    GROUP BY c.run, c.host, s.end_t
-),
-running AS (
-    SELECT run, host, t,
-           sum(d_present) OVER w AS present_gpus, sum(d_fault) OVER w AS faults,
-           sum(d_alloc) OVER w AS allocated_gpus, sum(d_unalloc) OVER w AS unallocated_gpus,
-           lead(t) OVER w AS next_t, lead(host) OVER w AS next_host
-    FROM closed
-    WINDOW w AS (PARTITION BY run ORDER BY host, t ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
-)
-SELECT run, host, t AS start_t, next_t AS stop_t,
-       present_gpus::BIGINT AS present_gpus,
-       faults > 0 AS faulty,
-       allocated_gpus::BIGINT AS allocated_gpus,
-       unallocated_gpus::BIGINT AS unallocated_gpus
-FROM running
-WHERE next_host = host AND next_t > t;
+SELECT run, host, start_t, stop_t, present_gpus, faulty, allocated_gpus, unallocated_gpus
+FROM derived_host_intervals;
 
 -- Hourly GPU-hour totals over all hosts (only hours where some host existed).
 -- free = healthy and not held; fragmented = free GPUs on healthy hosts that
 -- have fewer than host_gpus free, so cannot take a whole-host (8-GPU) job.
+-- Stored per run in derived_cluster_hours (plain definition: plain.sql).
 CREATE OR REPLACE VIEW cluster_hours AS
-WITH split AS (
-    SELECT i.*, greatest(i.present_gpus - i.allocated_gpus - i.unallocated_gpus, 0) AS free_gpus,
-           unnest(range(hour_of(i.start_t), i.stop_t, 3600)) AS hour
-    FROM host_intervals AS i
-    WHERE i.present_gpus > 0
-),
-sized AS (
-    SELECT split.*, (least(stop_t, hour + 3600) - greatest(start_t, hour)) / 3600.0 AS h, p.host_gpus
-    FROM split JOIN policy AS p USING (run)
-)
-SELECT run, hour,
-       sum(present_gpus * h) AS total_gpu_h,
-       sum(allocated_gpus * h) AS allocated_gpu_h,
-       sum(unallocated_gpus * h) AS unallocated_gpu_h,
-       sum(CASE WHEN faulty THEN free_gpus ELSE 0 END * h) AS unavailable_gpu_h,
-       sum(CASE WHEN faulty THEN 0 ELSE free_gpus END * h) AS free_gpu_h,
-       sum(CASE WHEN NOT faulty AND free_gpus > 0 AND free_gpus < host_gpus THEN free_gpus ELSE 0 END * h)
-           AS fragmented_gpu_h
-FROM sized
-GROUP BY run, hour;
+SELECT run, hour, total_gpu_h, allocated_gpu_h, unallocated_gpu_h, unavailable_gpu_h, free_gpu_h,
+       fragmented_gpu_h
+FROM derived_cluster_hours;
 
 -- Capacity per hour: hosts present, and how their GPU-hours were used.
 -- total_gpus is the time-weighted mean number of GPUs present in the (clipped) hour.
@@ -520,41 +428,11 @@ LEFT JOIN node_hours AS u ON u.run = h.run AND u.node = n.node AND u.hour = h.ho
 -- Integrated by hour from the changes alone, without ordering them: within an
 -- hour [hs, he), the level is the level at hs (the sum of all earlier changes)
 -- and a change d at t adds d x (he - t) GPU-seconds. Only the per-team hourly
--- sums need a running total, not the changes themselves.
+-- sums need a running total, not the changes themselves. Stored per run in
+-- derived_team_demand_by_hour (plain definition: plain.sql).
 CREATE OR REPLACE VIEW team_demand_by_hour AS
-WITH deltas AS (
-    SELECT run, team, submitted_at AS t, gpus AS d_demand, 0 AS d_received
-    FROM workloads WHERE funded
-    UNION ALL
-    SELECT run, team, ended_at, -gpus, 0 FROM workloads WHERE funded AND ended_at IS NOT NULL
-    UNION ALL
-    SELECT run, team, start_at, 0, gpus FROM runs WHERE funded
-    UNION ALL
-    SELECT run, team, stop_at, 0, -gpus FROM runs WHERE funded AND stop_reason <> 'open'
-),
-per_hour AS (
-    SELECT d.run, d.team, hour_of(d.t) AS hour,
-           sum(d.d_demand) AS step_demand,
-           sum(d.d_received) AS step_received,
-           sum(d.d_demand * (least(hour_of(d.t) + 3600, s.end_t) - d.t)) AS tail_demand,
-           sum(d.d_received * (least(hour_of(d.t) + 3600, s.end_t) - d.t)) AS tail_received
-    FROM deltas AS d JOIN log_span AS s USING (run)
-    GROUP BY d.run, d.team, hour_of(d.t)
-),
-grid AS (
-    SELECT h.run, k.team, h.hour, h.hour_s, p.step_demand, p.step_received,
-           p.tail_demand, p.tail_received
-    FROM (SELECT DISTINCT run, team FROM per_hour) AS k
-    JOIN hours AS h USING (run)
-    LEFT JOIN per_hour AS p ON p.run = h.run AND p.team = k.team AND p.hour = h.hour
-)
-SELECT run, team, hour,
-       (coalesce(sum(step_demand) OVER before, 0) * hour_s + coalesce(tail_demand, 0)) / 3600.0
-           AS demand_gpu_h,
-       (coalesce(sum(step_received) OVER before, 0) * hour_s + coalesce(tail_received, 0)) / 3600.0
-           AS received_gpu_h
-FROM grid
-WINDOW before AS (PARTITION BY run, team ORDER BY hour ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING);
+SELECT run, team, hour, demand_gpu_h, received_gpu_h
+FROM derived_team_demand_by_hour;
 
 -- The lab's definition, hour by hour: entitled = team fraction x GPUs present;
 -- owed = least(entitled, demand); received_capped = least(received, owed).
