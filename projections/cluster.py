@@ -44,7 +44,7 @@ class Host:
 class ClusterProjection:
     """The fold of host events and placements."""
 
-    __slots__ = ("_at_least", "_capacity", "by_free", "faulty", "health_version", "hosts", "labels", "max_gpus",
+    __slots__ = ("_capacity", "by_free", "faulty", "health_version", "hosts", "labels", "max_gpus",
                  "order", "sizes", "usable")
 
     def __init__(self) -> None:
@@ -60,7 +60,6 @@ class ClusterProjection:
         self.max_gpus = 0
         self.faulty: set[str] = set()  # degraded or failed, not yet drained
         self._capacity = 0
-        self._at_least: dict[int, int] = {}  # hosts_with_at_least() answers until the fleet changes
         self.health_version = 0  # bumped when the set of healthy hosts changes (memo key)
 
     def _index(self, h: Host) -> None:
@@ -79,11 +78,8 @@ class ClusterProjection:
         self._index(h)
 
     def hosts_with_at_least(self, gpus: int) -> int:
-        """How many hosts (healthy or not) have ``gpus`` GPUs or more (cached per fleet)."""
-        cached = self._at_least.get(gpus)
-        if cached is None:
-            cached = self._at_least[gpus] = sum(n for size, n in self.sizes.items() if size >= gpus)
-        return cached
+        """How many hosts (healthy or not) have ``gpus`` GPUs or more."""
+        return sum(n for size, n in self.sizes.items() if size >= gpus)
 
     @property
     def capacity(self) -> int:
@@ -97,7 +93,6 @@ class ClusterProjection:
         h = self.hosts[name] = Host(name, gpus, rack, block)
         self.order = sorted(self.hosts)
         self.sizes[gpus] = self.sizes.get(gpus, 0) + 1
-        self._at_least = {}
         self._capacity += gpus
         self.labels[name] = (block, rack)
         if gpus > self.max_gpus:
@@ -114,7 +109,6 @@ class ClusterProjection:
         del self.hosts[name]
         del self.labels[name]
         gpus = h.gpus
-        self._at_least = {}
         self._capacity -= gpus
         self.order = sorted(self.hosts)
         self.sizes[gpus] -= 1

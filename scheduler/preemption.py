@@ -14,7 +14,7 @@ candidate, so nothing is ever preempted in vain.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Set
+from collections.abc import Callable, Container, Iterable
 from typing import TYPE_CHECKING
 
 from projections.workloads import Workload
@@ -234,7 +234,7 @@ class VictimIndex:
             deficit = per_host - free
             if deficit > bound[host] or not capacity.allowed(host, ends_by, who):
                 continue
-            chosen = _take(victims, host, deficit, gone, eligible)
+            chosen = _take(victims, host, deficit, eligible, gone)
             if chosen is None:
                 continue
             key = (plan_cost([v for v, _ in chosen]), free, host)
@@ -300,8 +300,7 @@ class VictimIndex:
                     have += _gpus_on(v, host)
             if have >= per_host:
                 return ((0, 0, 0, 0, 0, 0, -have, host), [])
-            chosen = _take(on_host.get(host, ()), host, per_host - have, gone | selected.keys(),
-                           eligible)
+            chosen = _take(on_host.get(host, ()), host, per_host - have, eligible, gone, selected)
             if chosen is None:
                 return None
             by_cls = [0, 0, 0, 0]
@@ -357,9 +356,11 @@ def _gpus_on(v: Victim, host: str) -> int:
     return 0
 
 
-def _take(victims: Iterable[Victim], host: str, deficit: int, skip: Set[str],
-          eligible: Eligibility) -> list[tuple[Victim, str]] | None:
+def _take(victims: Iterable[Victim], host: str, deficit: int, eligible: Eligibility,
+          gone: Container[str], taken: Container[str] = ()) -> list[tuple[Victim, str]] | None:
     """The cheapest eligible victims on ``host`` freeing ``deficit`` GPUs, or None.
+
+    Skips victims already ``gone`` this cycle or ``taken`` by the plan being built.
 
     Victims come in cost order; take them until enough is freed, then drop,
     most expensive first, any pick that turned out not to be needed.
@@ -367,7 +368,7 @@ def _take(victims: Iterable[Victim], host: str, deficit: int, skip: Set[str],
     chosen: list[tuple[Victim, str]] = []
     got = 0
     for v in victims:
-        if v.w.id in skip:
+        if v.w.id in gone or v.w.id in taken:
             continue
         why = eligible(v)
         if why is None:

@@ -43,7 +43,7 @@ from projections import (
     WorkloadsProjection,
 )
 from projections.workloads import CANCELLED, PENDING, PREEMPTED
-from scheduler.validation import validate
+from scheduler.validation import shape_of, validate
 from scheduler.verdict import Ignore, Reject, Verdict
 
 DEFAULT_POLICY = PolicyConfigured(id="default-policy", at=0, actor="allot", source="allot")
@@ -172,12 +172,10 @@ class State:
         self.cluster_state.drained(e.host)
 
     def _submitted(self, e: WorkloadSubmitted) -> None:
-        if e.gpus_per_host is not None:
-            shape = (e.hosts, e.gpus_per_host)
-        else:  # validation guarantees the GPUs split evenly
-            shape = (e.hosts, e.gpus // e.hosts)
+        shape = shape_of(e)
+        assert not isinstance(shape, str)  # validation guarantees a shape
         wl = self.workloads
-        self.workloads.submit(Workload(
+        wl.submit(Workload(
             id=e.workload, budget=e.budget, user=e.user, gpus=e.gpus, hosts=shape[0],
             gpus_per_host=shape[1], min_runtime_s=e.min_runtime_s, resumable=e.resumable,
             priority=e.priority, kind=e.kind, submitted_at=self.now, seq=wl.seq,
