@@ -1,0 +1,38 @@
+"""Hard limits on what a record may hold, so no single input can exhaust the core.
+
+Anyone who can write to the inbox can send any bytes. These bounds make the
+cost of decoding and folding one record small and predictable, whatever it
+contains; a record beyond any of them is refused with a reason, never a crash.
+Each bound is far above what a real cluster needs (stated beside it), so it
+only ever refuses hostile or broken input.
+"""
+
+from __future__ import annotations
+
+# One encoded event. A start of a 1,250-host gang is about 40 KB; inputs are
+# ~300 bytes. Also the live inbox's and the dead letter's per-record bound.
+MAX_RECORD_BYTES = 256 * 1024
+# JSON nesting. Events nest three levels (envelope, tuple, slot).
+MAX_DEPTH = 16
+# Any one string (names, paths, reasons, details).
+MAX_STRING_CHARS = 4096
+# Every integer on the wire is a signed 64-bit value (the audit stores BIGINT).
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+# Items in any one array (slots of a placement, hosts of a reservation, shares).
+MAX_ARRAY_ITEMS = 65_536
+
+# Input ids: what producers may name their events. No "/" (derived ids are
+# ``<cause>/<n>``, so a producer can never squat one), no spaces, controls,
+# bidi or non-ASCII characters (ids are printed in logs and terminals).
+MAX_ID_CHARS = 128
+INPUT_ID_PATTERN = r"[A-Za-z0-9._:@+=~-]{1,128}"
+# Cluster ids name Kafka keys and live tick ids.
+CLUSTER_ID_PATTERN = r"[A-Za-z0-9._-]{1,64}"
+
+# The fleet. The largest GPU hosts sold have 16 GPUs; the largest clusters
+# tens of thousands of GPUs.
+MAX_GPUS_PER_HOST = 64
+MAX_HOSTS_PER_CLUSTER = 65_536
+# Budget shares are integer weights; a billion to one is resolution enough.
+MAX_SHARES = 10**9
