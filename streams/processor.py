@@ -19,21 +19,19 @@ records under the latest claim count) into one engine per cluster, the way a
 restarted owner rebuilds its state, and ``finish`` returns the decisions the
 journal lacks for an input whose group a crash cut short.
 
-The functions marked "core API" are where the lead's trust-boundary change
-(``InputRefused``, ``JournalFold``, ``Engine.snapshot/restore``) plugs in.
+The core API it calls: ``Engine.process`` (``InputRefused`` for an input the
+journal must never hold), ``scheduler.replay.JournalFold`` and
+``Engine.snapshot``/``Engine.restore``.
 """
 
 from __future__ import annotations
 
-import re
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
 
 from events import (
-    DERIVED_TAGS,
     BudgetNodeDefined,
     BudgetSharesSet,
     ClockTicked,
@@ -51,8 +49,11 @@ from events import (
     tag_of,
 )
 from events.errors import AllotError
-from events.limits import CLUSTER_ID_PATTERN, INPUT_ID_PATTERN, MAX_RECORD_BYTES
+from events.limits import INPUT_ID_PATTERN, MAX_RECORD_BYTES
 from scheduler import Engine
+from scheduler.admission import InputRefused, valid_cluster_id
+from scheduler.replay import JournalError, JournalFold
+from scheduler.snapshot import SnapshotError as CoreSnapshotError
 from streams import signing
 from streams.records import (
     KIND_CLAIM,
@@ -151,86 +152,46 @@ SCHEDULE_INPUTS: tuple[type, ...] = (
     HostFaulted, HostRepaired, BudgetNodeDefined, BudgetSharesSet, PolicyConfigured,
 )
 
-_INPUT_ID = re.compile(INPUT_ID_PATTERN)
-_CLUSTER_ID = re.compile(CLUSTER_ID_PATTERN)
 
 
-# -- the core API (one place to switch when the lead's "core-api" commit lands) ---------
-
-class Refused(AllotError):
-    """The engine refused an input that must never reach the journal."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
-
-
-def _envelope_refusal(event: Event) -> Refused | None:
-    """Core API: the envelope checks ``Engine.process`` will make itself (``InputRefused``)."""
-    tag = tag_of(type(event))
-    if tag in DERIVED_TAGS:
-        return Refused(NOT_AN_INPUT, f"{tag} is a decision, not an input")
-    if event.cause is not None:
-        return Refused(HAS_CAUSE, "inputs carry no cause")
-    if _INPUT_ID.fullmatch(event.id) is None:
-        return Refused(BAD_ID, f"id {event.id[:80]!r} is not {INPUT_ID_PATTERN}")
-    return None
-
+# -- the core API ---------------------------------------------------------------------
 
 def process_input(engine: Engine, event: Event) -> list[Event] | None:
-    """Core API: ``Engine.process``, raising ``Refused`` for an input the journal must not hold.
-
-    Returns None for a duplicate id, else the decisions (journal the input, then them).
-    """
-    refusal = _envelope_refusal(event)
-    if refusal is not None:
-        raise refusal
+    """``Engine.process``: None for a duplicate id, else the decisions; ``InputRefused`` if barred."""
     return engine.process(event)
 
 
 def new_engine(cluster: str) -> Engine:
-    """Core API: a fresh engine for one cluster."""
+    """A fresh engine for one cluster."""
     return Engine(cluster)
 
 
-SNAPSHOT_FORMAT = "allot.engine/pickle-1"
+SNAPSHOT_FORMAT = "allot.engine/msgpack"
 
 
 def snapshot_engine(engine: Engine) -> tuple[str, bytes]:
-    """Core API: ``(format, bytes)`` of the engine's whole state.
-
-    Until ``Engine.snapshot`` exists this pickles the engine. The worker signs
-    every snapshot (HMAC under the worker key) and checks the signature before
-    restoring, so a snapshot record nobody trusted wrote is never unpickled.
-    """
-    import pickle
-
-    memo = engine.state.memo
-    engine.state.memo = {}  # a cache, not state: rebuilt on demand
-    try:
-        return SNAPSHOT_FORMAT, pickle.dumps(engine, protocol=pickle.HIGHEST_PROTOCOL)
-    finally:
-        engine.state.memo = memo
+    """``(format, bytes)`` of the engine's whole state (``Engine.snapshot``: versioned msgpack)."""
+    return SNAPSHOT_FORMAT, engine.snapshot()
 
 
 def restore_engine(fmt: str, data: bytes) -> Engine:
-    """Core API: the engine a ``snapshot_engine`` result holds (SnapshotError if unreadable)."""
-    import pickle
+    """The engine a ``snapshot_engine`` result holds; ``SnapshotError`` if it cannot be restored.
 
+    The core's snapshot carries its own version and upcasts older layouts; one
+    from a newer writer is refused, and the worker then folds the journal instead.
+    """
     if fmt != SNAPSHOT_FORMAT:
         raise SnapshotError(f"unknown snapshot format {fmt!r}")
     try:
-        engine = pickle.loads(data)
-    except Exception as exc:  # pickle raises many types on bad input
+        return Engine.restore(data)
+    except CoreSnapshotError as exc:
+        raise SnapshotError(str(exc)) from None
+    except (ValueError, TypeError, KeyError, IndexError, msgspec.DecodeError) as exc:
         raise SnapshotError(f"unreadable snapshot: {type(exc).__name__}") from None
-    if not isinstance(engine, Engine):
-        raise SnapshotError("the snapshot holds no engine")
-    return engine
 
 
 class SnapshotError(AllotError):
-    """A snapshot that cannot be restored (unknown format, corrupt bytes)."""
+    """A snapshot that cannot be restored (unknown format, corrupt bytes, a newer version)."""
 
 
 # -- the processor ----------------------------------------------------------------------
@@ -332,7 +293,7 @@ class Processor:
             engine = engines[event.cluster] = new_engine(event.cluster)
         try:
             derived = process_input(engine, event)
-        except Refused as exc:
+        except InputRefused as exc:
             return self.dead(record, exc.reason, exc.detail)
         if derived is None:
             return Skipped(event=event)
@@ -356,36 +317,41 @@ class FoldStats(msgspec.Struct, kw_only=True):
     records: int = 0
     claims: int = 0
     fenced: int = 0         # data records written under a claim that no longer counted
+    unreadable: int = 0     # records that do not decode (never written by allot)
     inputs: int = 0
     decisions: int = 0
     duplicates: int = 0     # inputs or decisions whose id was already folded
-    unreadable: int = 0     # records that do not decode (never written by allot)
-    diverged: int = 0       # decisions that differ from what the engine re-derives
-    incomplete: int = 0     # inputs whose decisions stop short before the next input
+    refused: int = 0        # inputs the engine refuses (allot never journals them)
+    orphans: int = 0        # decisions outside their input's group
 
 
 class PartitionFold:
     """The state of one journal partition, folded record by record through the fence.
 
-    Each admitted input is re-run with ``Engine.process`` (so the fold reaches
-    the live engine's state exactly, memo aside), and each admitted decision is
-    checked against the ones re-derived for its input. ``finish`` returns, per
-    cluster, the re-derived decisions the journal does not hold yet: the tail
-    of a group a crash cut short. Also tracks the last journaled inbox offset,
-    where the owner resumes the inbox.
+    Each admitted record goes to its cluster's ``scheduler.replay.JournalFold``
+    (inputs folded the way the live engine did, decisions as facts: nothing is
+    re-derived), so the fold reaches the live engines' state. ``finish``
+    completes the last group of every cluster and returns, per cluster, the
+    decisions the journal lacks for its last input (a crash between publishing
+    an input and all of its decisions). Also tracks the last journaled inbox
+    offset, where the owner resumes the inbox.
     """
 
     def __init__(self, partition: int, engines: dict[str, Engine] | None = None,
                  fence: Fence | None = None, last_inbox_offset: int = -1,
                  on_anomaly: Callable[[str, JournalRecord, str], None] | None = None) -> None:
         self.partition = partition
-        self.engines: dict[str, Engine] = engines if engines is not None else {}
         self.fence = fence if fence is not None else Fence()
         self.last_inbox_offset = last_inbox_offset
         self.last_offset = -1      # the last journal offset added
         self.stats = FoldStats()
-        self._pending: dict[str, deque[Event]] = {}
+        self._folds: dict[str, JournalFold] = {
+            c: JournalFold(e) for c, e in (engines or {}).items()}
         self._on_anomaly = on_anomaly
+
+    @property
+    def engines(self) -> dict[str, Engine]:
+        return {c: f.engine for c, f in self._folds.items()}
 
     def _anomaly(self, kind: str, record: JournalRecord, detail: str) -> None:
         if self._on_anomaly is not None:
@@ -402,78 +368,60 @@ class PartitionFold:
             if record.kind != KIND_CLAIM:
                 st.fenced += 1
             return
+        if record.kind not in (KIND_INPUT, KIND_DECISION):
+            return
         try:
             event = decode(record.value)
         except MalformedEvent as exc:
             st.unreadable += 1
             self._anomaly("unreadable", record, exc.reason)
             return
-        cluster = event.cluster
-        if record.kind == KIND_INPUT:
-            st.inputs += 1
-            if record.inbox_offset is not None and record.inbox_offset > self.last_inbox_offset:
-                self.last_inbox_offset = record.inbox_offset
-            for c, q in self._pending.items():
-                if q:
-                    st.incomplete += 1
-                    self._anomaly("incomplete", record,
-                                  f"{len(q)} decision(s) of cluster {c} missing before this input")
-                    q.clear()
-            engine = self.engines.get(cluster)
-            if engine is None:
-                engine = self.engines[cluster] = new_engine(cluster)
-            try:
-                derived = process_input(engine, event)
-            except Refused as exc:
+        if record.kind == KIND_INPUT and record.inbox_offset is not None \
+                and record.inbox_offset > self.last_inbox_offset:
+            self.last_inbox_offset = record.inbox_offset
+        fold = self._folds.get(event.cluster)
+        if fold is None:
+            if not valid_cluster_id(event.cluster):
                 st.unreadable += 1
-                self._anomaly("refused", record, str(exc))
+                self._anomaly("unreadable", record, "not a valid cluster id")
                 return
-            if derived is None:
-                st.duplicates += 1
-                return
-            if derived:
-                self._pending[cluster] = deque(derived)
-            return
-        if record.kind != KIND_DECISION:
-            return
-        st.decisions += 1
-        q = self._pending.get(cluster)
-        if q and q[0] == event:
-            q.popleft()
-            return
-        engine = self.engines.get(cluster)
-        if engine is None:
-            engine = self.engines[cluster] = new_engine(cluster)
-        verdict = engine.state.apply(event, trusted=True)
-        if verdict is not None:  # the id was folded already: an exact or inexact copy
-            st.duplicates += 1
-            return
-        st.diverged += 1
-        self._anomaly("diverged", record,
-                      f"decision {event.id} is not what the engine re-derives here")
+            fold = self._folds[event.cluster] = JournalFold(new_engine(event.cluster))
+        fold.add(event)
 
-    def finish(self) -> dict[str, list[Event]]:
-        """Per cluster, the decisions the journal lacks for its last input (then forgets them)."""
-        out = {c: list(q) for c, q in self._pending.items() if q}
-        self._pending.clear()
+    def finish(self, recover: bool = True) -> dict[str, list[Event]]:
+        """Fold every cluster's last group; with ``recover``, the decisions the journal lacks.
+
+        After ``finish`` the engines are exactly the live ones were after the
+        last complete record; the returned decisions are already folded into
+        them, and the caller appends them to the journal.
+        """
+        out: dict[str, list[Event]] = {}
+        st = self.stats
+        st.inputs = st.decisions = st.duplicates = st.refused = st.orphans = 0
+        for cluster, fold in self._folds.items():
+            try:
+                missing = fold.finish(recover=recover)
+            except JournalError as exc:
+                self._anomaly("diverged", JournalRecord(partition=self.partition,
+                                                        offset=self.last_offset, kind="",
+                                                        owner="", value=b""), str(exc))
+                missing = []
+            if missing:
+                out[cluster] = missing
+            st.inputs += fold.inputs
+            st.decisions += fold.decisions
+            st.duplicates += fold.duplicates
+            st.refused += fold.refused
+            st.orphans += fold.orphans
         return out
-
-    @property
-    def complete(self) -> bool:
-        """True when no group is waiting for decisions (a safe point to snapshot)."""
-        return not any(self._pending.values())
 
 
 def fold_records(partition: int, records: Iterable[JournalRecord]) -> PartitionFold:
-    """A fold of ``records`` (one partition, in order) from an empty state."""
+    """A fold of ``records`` (one partition, in order) from an empty state; ``finish`` not called."""
     fold = PartitionFold(partition)
     for r in records:
         fold.add(r)
     return fold
-
-
-def valid_cluster_id(cluster: str) -> bool:
-    return _CLUSTER_ID.fullmatch(cluster) is not None
 
 
 def to_builtins(outcome: Outcome) -> dict[str, Any]:

@@ -327,10 +327,11 @@ class Worker:
                     log.warning("journal.bad_record", offset=msg.offset, detail=str(exc))
         if fold.fence.token != token:
             raise RuntimeError(f"partition {p}: the fold did not end at this worker's claim")
+        # Complete every cluster's last group; decisions a crash cut off from their input
+        # come back re-derived, and are appended now, under this claim.
+        missing = fold.finish(recover=True)
         t_fold = time.perf_counter()
         st = PartitionState(p, token, claim_offset, fold.engines, 0, fold.last_inbox_offset)
-        # Decisions a crash cut off from their input: append them now, under this claim.
-        missing = fold.finish()
         if missing:
             futs = []
             for cluster, decisions in missing.items():

@@ -150,10 +150,10 @@ def test_the_fold_reaches_the_live_state() -> None:
     for e, _ in groups:
         live.process(e)
     fold = processor.fold_records(0, journal_of(groups))
-    assert fold.engines["c1"].state.fingerprint() == live.state.fingerprint()
     assert fold.finish() == {}
+    assert fold.engines["c1"].state.fingerprint() == live.state.fingerprint()
     assert fold.last_inbox_offset == len(groups) - 1
-    assert fold.stats.diverged == 0
+    assert fold.stats.orphans == 0
 
 
 def test_finish_returns_the_decisions_a_crash_cut_off() -> None:
@@ -175,6 +175,7 @@ def test_records_under_an_older_claim_do_not_count() -> None:
     records.append(JournalRecord(partition=0, offset=len(records), kind=KIND_INPUT, owner="old",
                                  value=encode(groups[3][0]), inbox_offset=3))
     fold = processor.fold_records(0, records)
+    fold.finish()
     assert fold.stats.fenced == 1
     assert fold.last_inbox_offset == 2
     assert "h1" not in fold.engines["c1"].state.cluster_state.hosts  # the fenced input
@@ -188,8 +189,9 @@ def test_an_exact_duplicate_batch_changes_nothing() -> None:
                     for i, r in enumerate(once[-3:])]
     a = processor.fold_records(0, once)
     b = processor.fold_records(0, twice)
+    assert a.finish() == b.finish() == {}
     assert a.engines["c1"].state.fingerprint() == b.engines["c1"].state.fingerprint()
-    assert b.stats.duplicates == 3 and b.stats.diverged == 0
+    assert b.stats.duplicates == 3 and b.stats.orphans == 0
 
 
 def test_snapshot_round_trip_equals_the_engine() -> None:
@@ -210,4 +212,5 @@ def test_fold_without_a_claim_counts_nothing() -> None:
     fold = PartitionFold(0)
     for r in records:
         fold.add(r)
+    assert fold.finish() == {}
     assert fold.engines == {} and fold.stats.fenced == len(records)
