@@ -194,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     from streams.cli import register as register_streams
 
     register_streams(sub)  # allot worker, allot journal export
+    from streams.client import register as register_client
+
+    register_client(sub)  # allot submit, cancel, budget define|shares, host fault|repair|add
 
     p = sub.add_parser("explain", help="why a workload is where it is",
                        description="Fold LOG (up to --at) and explain WORKLOAD: its fair-share "
