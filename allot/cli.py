@@ -197,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     from streams.client import register as register_client
 
     register_client(sub)  # allot submit, cancel, budget define|shares, host fault|repair|add
+    from streams.executor import register as register_executor
+
+    register_executor(sub)  # allot executor
 
     p = sub.add_parser("explain", help="why a workload is where it is",
                        description="Fold LOG (up to --at) and explain WORKLOAD: its fair-share "
