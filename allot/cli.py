@@ -200,6 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
     from streams.executor import register as register_executor
 
     register_executor(sub)  # allot executor
+    from streams.up import register as register_up
+
+    register_up(sub)  # allot up (the embedded default; --demo is make demo)
+    from streams.view import register as register_top
+
+    register_top(sub)  # allot top
 
     p = sub.add_parser("explain", help="why a workload is where it is",
                        description="Fold LOG (up to --at) and explain WORKLOAD: its fair-share "
