@@ -206,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     from streams.view import register as register_top
 
     register_top(sub)  # allot top
+    from streams.projections import register as register_projections
+
+    register_projections(sub)  # allot projections
 
     p = sub.add_parser("explain", help="why a workload is where it is",
                        description="Fold LOG (up to --at) and explain WORKLOAD: its fair-share "

@@ -48,8 +48,12 @@ import msgspec
 
 from events import (
     DECISION_TYPES,
+    BudgetNodeDefined,
+    BudgetSharesSet,
     ClockTicked,
     Event,
+    HostAdded,
+    HostRemoved,
     WorkloadCancelled,
     WorkloadFinished,
     WorkloadPreempted,
@@ -205,6 +209,8 @@ class ClusterState(msgspec.Struct, kw_only=True):
     running: dict[str, list[Any]] = {}          # workload -> [allocated, [[host, gpus], ...]]
     pending: list[Any] | None = None            # [input JSON, t at it, id]: its group is open
     recent: list[str] = []                      # the last RECENT_IDS event ids
+    shares: dict[str, int] = {}                 # budget node -> shares (for entitlements)
+    hosts: dict[str, int] = {}                  # host -> GPUs (the cluster's capacity)
 
 
 def load_state(raw: Mapping[str, Any] | None) -> ClusterState:
@@ -266,10 +272,15 @@ class UsageFold:
             _accept(s, decode(held), int(at_t), out)
             s.pending = None
             changed = True
-        if type(e) in (WorkloadSubmitted, WorkloadFinished, WorkloadCancelled):
+        if type(e) in _HELD:
             s.pending = [msgspec.json.encode(e).decode(), t, e.id]
             changed = True
         return out, changed
+
+
+# Inputs whose effect waits for their group to close (a rejection would cancel it).
+_HELD = (WorkloadSubmitted, WorkloadFinished, WorkloadCancelled, BudgetNodeDefined,
+         BudgetSharesSet, HostAdded, HostRemoved)
 
 
 def _accept(s: ClusterState, e: Event, t: int, out: list[RateChange]) -> None:
@@ -277,6 +288,30 @@ def _accept(s: ClusterState, e: Event, t: int, out: list[RateChange]) -> None:
         s.budgets.setdefault(e.workload, e.budget)
     elif type(e) in (WorkloadFinished, WorkloadCancelled):
         _stop(s, e.workload, t, out, ended=True)  # type: ignore[attr-defined]
+    elif type(e) is BudgetNodeDefined:
+        s.shares[e.path] = e.shares
+    elif type(e) is BudgetSharesSet:
+        for cs in e.shares:
+            s.shares[f"{e.parent}/{cs.child}"] = cs.shares
+    elif type(e) is HostAdded:
+        s.hosts[e.host] = e.gpus
+    elif type(e) is HostRemoved:
+        s.hosts.pop(e.host, None)
+
+
+def entitlement(shares: Mapping[str, int], node: str) -> float:
+    """``node``'s fraction of the cluster: the product of normalised shares along its path."""
+    f = 1.0
+    parts = node.split("/")
+    for i in range(1, len(parts)):
+        parent = "/".join(parts[:i])
+        me = "/".join(parts[: i + 1])
+        sibs = [p for p in shares if p.rsplit("/", 1)[0] == parent and p.count("/") == i]
+        total = sum(shares[p] for p in sibs)
+        if me not in shares or total <= 0:
+            return 0.0
+        f *= shares[me] / total
+    return f
 
 
 def _changes(budget: str, allocated: bool, slots: list[list[Any]], sign: int,
@@ -452,5 +487,5 @@ def prune_windows(stores: Stores, cluster: str, windows: tuple[WindowSpec, ...],
 
 __all__ = ["DEFAULT_WINDOWS", "DIMENSIONS", "HOST", "HOUR", "NODE", "Applied", "ClusterState",
            "RateChange", "Stores", "UsageFold", "WindowError", "WindowSpec", "apply_record",
-           "figures", "held", "hopping", "node_path", "parse_window", "prune_windows",
+           "entitlement", "figures", "held", "load_state", "hopping", "node_path", "parse_window", "prune_windows",
            "tumbling"]

@@ -289,3 +289,18 @@ def test_pruning_drops_old_windows_only() -> None:
     gone = prune_windows(stores, "c", (HOURLY,), before=36_000 + 3600)
     assert gone > 0
     assert all(int(k.rsplit("|", 1)[1]) >= 36_000 for k in stores.windows if "|hourly|" in k)
+
+
+def test_entitlements_follow_the_accepted_shares(demo_log: list, tmp_path: Path) -> None:
+    """The dashboard's entitled fraction per team equals the audit's entitlement."""
+    from streams.usage_windows import entitlement, load_state
+
+    stores = _fold(as_records(demo_log))
+    st = load_state(stores.state["demo"])
+    con = load_audit(demo_log, tmp_path)
+    rows = con.execute("SELECT node, arg_max(fraction, valid_from) FROM entitlement_changes "
+                       "WHERE run = 'r' GROUP BY node").fetchall()
+    assert len(rows) > 10
+    for node, fraction in rows:
+        assert entitlement(st.shares, node) == pytest.approx(fraction), node
+    assert sum(st.hosts.values()) == 128
