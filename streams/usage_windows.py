@@ -485,7 +485,27 @@ def prune_windows(stores: Stores, cluster: str, windows: tuple[WindowSpec, ...],
     return gone
 
 
-__all__ = ["DEFAULT_WINDOWS", "DIMENSIONS", "HOST", "HOUR", "NODE", "Applied", "ClusterState",
-           "RateChange", "Stores", "UsageFold", "WindowError", "WindowSpec", "apply_record",
-           "entitlement", "figures", "held", "load_state", "hopping", "node_path", "parse_window", "prune_windows",
-           "tumbling"]
+__all__ = [
+    "DEFAULT_WINDOWS",
+    "DIMENSIONS",
+    "HOST",
+    "HOUR",
+    "NODE",
+    "Applied",
+    "ClusterState",
+    "RateChange",
+    "Stores",
+    "UsageFold",
+    "WindowError",
+    "WindowSpec",
+    "apply_record",
+    "entitlement",
+    "figures",
+    "held",
+    "hopping",
+    "load_state",
+    "node_path",
+    "parse_window",
+    "prune_windows",
+    "tumbling",
+]
