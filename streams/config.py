@@ -116,8 +116,9 @@ class WorkerSettings:
         "`json` (production), `console` (readable) or `auto` (console on a terminal).", "auto")
     log_level: str = _doc("`debug`, `info`, `warning` or `error`.", "info")
     fault_kill_after_sends: int = _doc(
-        "Test hook: after this many journal records were handed to the producer, flush them "
-        "and kill the process with SIGKILL (0: off). Used by the crash tests only.", 0)
+        "Test hook: once at least this many journal records were handed to the producer and "
+        "the next one continues the same group (a decision), flush what was handed over and "
+        "kill the process with SIGKILL, mid-group (0: off). For the crash tests only.", 0)
 
     @property
     def name(self) -> str:

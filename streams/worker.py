@@ -206,8 +206,13 @@ class Worker:
         self._consumer.subscribe([self.inbox], listener=_Listener(self))
         await self._consumer.start()
         if s.metrics_port >= 0:
+            loop = asyncio.get_running_loop()
+
+            def state() -> dict[str, Any]:
+                return asyncio.run_coroutine_threadsafe(self.state_report(), loop).result(10)
+
             self._server = MetricsServer(self.metrics, s.metrics_host, s.metrics_port,
-                                         health=self._health).start()
+                                         health=self._health, state=state).start()
             self.log.info("metrics.listening", address=f"{s.metrics_host}:{self.metrics_address[1]}"
                           if self.metrics_address else None)
         self.log.info("worker.started", bootstrap=s.bootstrap, group=s.group,
@@ -247,6 +252,20 @@ class Worker:
             self._server.stop()
         self.stopped.set()
         self.log.info("worker.stopped")
+
+    async def state_report(self) -> dict[str, Any]:
+        """Per owned partition: the journal offset the engines reflect, and their fingerprints.
+
+        Taken under the loop's lock, so between two batches: the engines reflect
+        exactly the journal up to ``journal_offset``.
+        """
+        async with self._lock:
+            return {str(p): {"journal_offset": st.own.last, "claim_offset": st.claim_offset,
+                             "token": st.token, "next_inbox_offset": st.next_offset,
+                             "clusters": {c: {"fingerprint": e.state.fingerprint(),
+                                              "now": e.state.now, "position": e.state.position}
+                                          for c, e in sorted(st.engines.items())}}
+                    for p, st in sorted(self.owned.items())}
 
     def _health(self) -> dict[str, Any]:
         return {"worker": self.name, "partitions": sorted(self.owned),
@@ -513,11 +532,13 @@ class Worker:
                 if not records:
                     continue
                 lst = futs.setdefault(p, [])
-                for cluster, value, headers in records:
+                for i, (cluster, value, headers) in enumerate(records):
                     lst.append(await producer.send(self.journal, value, key=cluster.encode(),
                                                    partition=p, headers=headers))
                     self._sends += 1
-                    if kill_at and self._sends >= kill_at:
+                    if kill_at and self._sends >= kill_at and i + 1 < len(records) \
+                            and records[i + 1][2][0][1] == KIND_DECISION.encode():
+                        # Test hook: die between an input (or decision) and the rest of its group.
                         await producer.flush()
                         os.kill(os.getpid(), signal.SIGKILL)
             dead_futs = [await producer.send(self.deadletter, value, key=key)
