@@ -274,6 +274,7 @@ class Worker:
     # -- the group ---------------------------------------------------------------------------
 
     async def _revoked(self, partitions: set[int]) -> None:
+        self.log.debug("group.revoking", partitions=sorted(partitions))
         async with self._lock:
             self._assigned_now -= partitions
             self._to_take -= partitions
@@ -290,6 +291,7 @@ class Worker:
 
     async def _assigned(self, partitions: set[int]) -> None:
         assert self._consumer is not None
+        self.log.debug("group.assigned", partitions=sorted(partitions))
         self._assigned_now |= partitions
         for p in partitions:
             if p not in self.owned:
@@ -313,6 +315,7 @@ class Worker:
         assert self._reader is not None
         t0 = time.perf_counter()
         log = self.log.bind(partition=p)
+        log.debug("partition.taking")
         token = uuid.uuid4().hex
         claim = Claim(token=token, worker=self.name, partition=p, at=time.time())
         md = await self._producer.send_and_wait(

@@ -386,6 +386,7 @@ def check_journal(live: Live, partition: int, last_offset: int, last_inbox: int)
     assert [r.offset for r in raw] == list(range(last_offset + 1)), "the watcher missed records"
     fence = Fence()
     kept: dict[str, bytes] = {}
+    where: dict[str, JournalRecord] = {}
     input_offsets: dict[str, int] = {}
     journaled_inbox: list[int] = []
     events: dict[str, list[Event]] = {}
@@ -396,11 +397,17 @@ def check_journal(live: Live, partition: int, last_offset: int, last_inbox: int)
             continue
         e = decode(r.value)
         if e.id in kept:
+            first = where[e.id]
             assert kept[e.id] == r.value, f"a second copy of {e.id} differs from the first"
-            assert r.kind != "input", f"input {e.id} journaled twice"
+            assert r.kind != "input", (
+                f"input {e.id} journaled twice: at {first.offset} (owner {first.owner[:8]}, "
+                f"inbox {first.inbox_offset}) and {r.offset} (owner {r.owner[:8]}, inbox "
+                f"{r.inbox_offset}); claims: "
+                + ", ".join(f"{c.offset}:{c.owner[:8]}" for c in raw if c.kind == KIND_CLAIM))
             dups += 1
             continue
         kept[e.id] = r.value
+        where[e.id] = r
         events.setdefault(e.cluster, []).append(e)
         if r.kind == "input":
             inputs += 1
