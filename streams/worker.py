@@ -144,6 +144,7 @@ class Worker:
         self._to_take: set[int] = set()
         self._assigned_now: set[int] = set()
         self._sends = 0
+        self._stopped_once = False
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._reader: AIOKafkaConsumer | None = None
@@ -529,6 +530,7 @@ class Worker:
         assert self._producer is not None
         producer = self._producer
         kill_at = self.settings.fault_kill_after_sends
+        stop_at = self.settings.fault_stop_after_sends if not self._stopped_once else 0
         futs: dict[int, list[asyncio.Future[Any]]] = {}
         try:
             for p, records in journal_out.items():
@@ -539,11 +541,18 @@ class Worker:
                     lst.append(await producer.send(self.journal, value, key=cluster.encode(),
                                                    partition=p, headers=headers))
                     self._sends += 1
-                    if kill_at and self._sends >= kill_at and i + 1 < len(records) \
-                            and records[i + 1][2][0][1] == KIND_DECISION.encode():
+                    mid_group = i + 1 < len(records) \
+                        and records[i + 1][2][0][1] == KIND_DECISION.encode()
+                    if mid_group and kill_at and self._sends >= kill_at:
                         # Test hook: die between an input (or decision) and the rest of its group.
                         await producer.flush()
                         os.kill(os.getpid(), signal.SIGKILL)
+                    if mid_group and stop_at and self._sends >= stop_at:
+                        # Test hook: freeze here; whatever follows is written after a resume.
+                        await producer.flush()
+                        self._stopped_once = True
+                        stop_at = 0
+                        os.kill(os.getpid(), signal.SIGSTOP)
             dead_futs = [await producer.send(self.deadletter, value, key=key)
                          for key, value in dead_out]
         except KafkaError as exc:

@@ -160,7 +160,8 @@ def live(kafka: str) -> Iterator[Live]:
         lv.close()
 
 
-def _pair(live: Live, kafka: str, tmp_path: Path) -> tuple[dict[str, WorkerProcess], dict[str, int]]:
+def _pair(live: Live, kafka: str, tmp_path: Path,
+          env: dict[str, dict[str, str]] | None = None) -> tuple[dict[str, WorkerProcess], dict[str, int]]:
     procs: dict[str, WorkerProcess] = {}
     ports: dict[str, int] = {}
     for name in ("wa", "wb"):
@@ -168,7 +169,7 @@ def _pair(live: Live, kafka: str, tmp_path: Path) -> tuple[dict[str, WorkerProce
         s = worker_settings(kafka, live.prefix, CLUSTERS, worker_name=name,
                             metrics_port=ports[name], log_level="debug", time_scale=5.0,
                             snapshot_every_records=300, partitions=PARTITIONS)
-        procs[name] = WorkerProcess(s, tmp_path / f"{name}.log").start()
+        procs[name] = WorkerProcess(s, tmp_path / f"{name}.log", (env or {}).get(name)).start()
     names = {n: n for n in procs}
     wait_until(lambda: sorted(set(worker_of(live, names).values())) == ["wa", "wb"]
                and len(worker_of(live, names)) == PARTITIONS, 90,
@@ -209,29 +210,37 @@ def test_each_cluster_has_one_owner_and_a_killed_workers_clusters_move(live: Liv
 
 def test_a_frozen_owner_is_fenced_and_the_journals_stay_exact(live: Live, kafka: str,
                                                                tmp_path: Path) -> None:
-    procs, ports = _pair(live, kafka, tmp_path)
+    # "wa" freezes itself (SIGSTOP) in the middle of a batch, after its 400th journal record,
+    # so it holds a half-written batch while "wb" takes its partitions over.
+    procs, ports = _pair(live, kafka, tmp_path, env={"wa": {"ALLOT_FAULT_STOP_AFTER_SENDS": "400"}})
     try:
-        owners = worker_of(live, {n: n for n in procs})
-        feed = Feed(live, rate_per_cluster=50.0)
+        feed = Feed(live, rate_per_cluster=40.0)
         feed.setup()
         feed.start()
-        time.sleep(2)
-        frozen = owners[0]
-        other = "wb" if frozen == "wa" else "wa"
-        procs[frozen].signal(signal.SIGSTOP)
-        wait_until(lambda: set(worker_of(live, {n: n for n in procs}).values()) == {other},
-                   60, what="the other worker to take over")
-        procs[frozen].signal(signal.SIGCONT)
-        # It wakes with a batch in hand, writes it under its old claim, then learns it lost
-        # the group and rejoins; give it time to do all of that.
-        wait_until(lambda: "partition.revoked" in procs[frozen].log_text(), 60,
-                   what="the frozen worker to notice")
+        wait_until(lambda: procs["wa"].proc is not None and _stopped(procs["wa"].pid), 60,
+                   what="wa to freeze itself mid-batch")
+        wait_until(lambda: set(worker_of(live, {n: n for n in procs}).values()) == {"wb"},
+                   60, what="wb to take over wa's partitions")
+        procs["wa"].signal(signal.SIGCONT)
+        # It wakes with the rest of a batch in hand, writes it under its old claim, then
+        # learns it lost the group and rejoins.
+        wait_until(lambda: "partition.revoked" in procs["wa"].log_text(), 60,
+                   what="wa to notice")
         time.sleep(3)
         feed.finish()
         owners_now = _settle(live, {"wa", "wb"})
         fenced = _verify(live, ports, owners_now)["fenced"]
-        assert fenced > 0, "the frozen worker wrote nothing after the takeover"
+        assert fenced > 0, "wa wrote nothing after the takeover"
     finally:
         for p in procs.values():
             p.signal(signal.SIGCONT)
             p.kill()
+
+
+def _stopped(pid: int) -> bool:
+    """True when process ``pid`` is stopped (state T in /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "T"
+    except OSError:
+        return False
