@@ -116,8 +116,12 @@ class WorkerSettings:
         "`json` (production), `console` (readable) or `auto` (console on a terminal).", "auto")
     log_level: str = _doc("`debug`, `info`, `warning` or `error`.", "info")
     fault_kill_after_sends: int = _doc(
-        "Test hook: after this many journal records were handed to the producer, flush them "
-        "and kill the process with SIGKILL (0: off). Used by the crash tests only.", 0)
+        "Test hook: once at least this many journal records were handed to the producer and "
+        "the next one continues the same group (a decision), flush what was handed over and "
+        "kill the process with SIGKILL, mid-group (0: off). For the crash tests only.", 0)
+    fault_stop_after_sends: int = _doc(
+        "Test hook: like `fault_kill_after_sends`, but the process stops itself with SIGSTOP "
+        "(once), so a test can resume it after another worker took over (0: off).", 0)
 
     @property
     def name(self) -> str:
@@ -197,7 +201,8 @@ def _check(s: WorkerSettings) -> WorkerSettings:
                  "fold_fetch_wait_ms"):
         if getattr(s, name) < 1:
             raise bad(name, "must be at least 1")
-    for name in ("linger_ms", "snapshot_every_records", "fault_kill_after_sends"):
+    for name in ("linger_ms", "snapshot_every_records", "fault_kill_after_sends",
+                 "fault_stop_after_sends"):
         if getattr(s, name) < 0:
             raise bad(name, "must not be negative")
     if s.snapshot_every_s < 0:

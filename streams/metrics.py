@@ -10,6 +10,10 @@ serves it on ``metrics_host:metrics_port`` (127.0.0.1 by default):
   snapshots, restarts of a partition (claims).
 - ``GET /healthz``: 200 with a small JSON body while the processing loop ran
   recently, 503 when it is stuck or stopped.
+- ``GET /state``: per owned partition, the journal offset the engines reflect
+  and each cluster's state fingerprint (a digest of the whole state), taken
+  between two batches; for tests and operators comparing a worker with a fold
+  of its journal.
 """
 
 from __future__ import annotations
@@ -83,12 +87,14 @@ class MetricsServer:
 
     def __init__(self, metrics: WorkerMetrics, host: str = "127.0.0.1", port: int = 0,
                  health: Callable[[], dict[str, Any]] | None = None,
-                 stale_after_s: float = 30.0) -> None:
+                 stale_after_s: float = 30.0,
+                 state: Callable[[], dict[str, Any]] | None = None) -> None:
         if host in ("0.0.0.0", "::", ""):
             raise ValueError("the metrics server binds one address, never every interface")
         self.metrics = metrics
         self.health = health or (lambda: {})
         self.stale_after_s = stale_after_s
+        self.state = state
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -101,6 +107,13 @@ class MetricsServer:
                             **server.health()}
                     self._send(200 if body["ok"] else 503, "application/json",
                                json.dumps(body).encode())
+                elif self.path.split("?")[0] == "/state" and server.state is not None:
+                    try:
+                        body = json.dumps(server.state()).encode()
+                    except Exception as exc:  # the loop is busy or stopping
+                        self._send(503, "text/plain", f"{type(exc).__name__}\n".encode())
+                        return
+                    self._send(200, "application/json", body)
                 else:
                     self._send(404, "text/plain", b"not found\n")
 

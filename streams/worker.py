@@ -144,6 +144,7 @@ class Worker:
         self._to_take: set[int] = set()
         self._assigned_now: set[int] = set()
         self._sends = 0
+        self._stopped_once = False
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._reader: AIOKafkaConsumer | None = None
@@ -206,8 +207,13 @@ class Worker:
         self._consumer.subscribe([self.inbox], listener=_Listener(self))
         await self._consumer.start()
         if s.metrics_port >= 0:
+            loop = asyncio.get_running_loop()
+
+            def state() -> dict[str, Any]:
+                return asyncio.run_coroutine_threadsafe(self.state_report(), loop).result(10)
+
             self._server = MetricsServer(self.metrics, s.metrics_host, s.metrics_port,
-                                         health=self._health).start()
+                                         health=self._health, state=state).start()
             self.log.info("metrics.listening", address=f"{s.metrics_host}:{self.metrics_address[1]}"
                           if self.metrics_address else None)
         self.log.info("worker.started", bootstrap=s.bootstrap, group=s.group,
@@ -248,6 +254,20 @@ class Worker:
         self.stopped.set()
         self.log.info("worker.stopped")
 
+    async def state_report(self) -> dict[str, Any]:
+        """Per owned partition: the journal offset the engines reflect, and their fingerprints.
+
+        Taken under the loop's lock, so between two batches: the engines reflect
+        exactly the journal up to ``journal_offset``.
+        """
+        async with self._lock:
+            return {str(p): {"journal_offset": st.own.last, "claim_offset": st.claim_offset,
+                             "token": st.token, "next_inbox_offset": st.next_offset,
+                             "clusters": {c: {"fingerprint": e.state.fingerprint(),
+                                              "now": e.state.now, "position": e.state.position}
+                                          for c, e in sorted(st.engines.items())}}
+                    for p, st in sorted(self.owned.items())}
+
     def _health(self) -> dict[str, Any]:
         return {"worker": self.name, "partitions": sorted(self.owned),
                 "clusters": sorted(self.owned_clusters())}
@@ -255,6 +275,7 @@ class Worker:
     # -- the group ---------------------------------------------------------------------------
 
     async def _revoked(self, partitions: set[int]) -> None:
+        self.log.debug("group.revoking", partitions=sorted(partitions))
         async with self._lock:
             self._assigned_now -= partitions
             self._to_take -= partitions
@@ -271,6 +292,7 @@ class Worker:
 
     async def _assigned(self, partitions: set[int]) -> None:
         assert self._consumer is not None
+        self.log.debug("group.assigned", partitions=sorted(partitions))
         self._assigned_now |= partitions
         for p in partitions:
             if p not in self.owned:
@@ -294,6 +316,7 @@ class Worker:
         assert self._reader is not None
         t0 = time.perf_counter()
         log = self.log.bind(partition=p)
+        log.debug("partition.taking")
         token = uuid.uuid4().hex
         claim = Claim(token=token, worker=self.name, partition=p, at=time.time())
         md = await self._producer.send_and_wait(
@@ -507,19 +530,29 @@ class Worker:
         assert self._producer is not None
         producer = self._producer
         kill_at = self.settings.fault_kill_after_sends
+        stop_at = self.settings.fault_stop_after_sends if not self._stopped_once else 0
         futs: dict[int, list[asyncio.Future[Any]]] = {}
         try:
             for p, records in journal_out.items():
                 if not records:
                     continue
                 lst = futs.setdefault(p, [])
-                for cluster, value, headers in records:
+                for i, (cluster, value, headers) in enumerate(records):
                     lst.append(await producer.send(self.journal, value, key=cluster.encode(),
                                                    partition=p, headers=headers))
                     self._sends += 1
-                    if kill_at and self._sends >= kill_at:
+                    mid_group = i + 1 < len(records) \
+                        and records[i + 1][2][0][1] == KIND_DECISION.encode()
+                    if mid_group and kill_at and self._sends >= kill_at:
+                        # Test hook: die between an input (or decision) and the rest of its group.
                         await producer.flush()
                         os.kill(os.getpid(), signal.SIGKILL)
+                    if mid_group and stop_at and self._sends >= stop_at:
+                        # Test hook: freeze here; whatever follows is written after a resume.
+                        await producer.flush()
+                        self._stopped_once = True
+                        stop_at = 0
+                        os.kill(os.getpid(), signal.SIGSTOP)
             dead_futs = [await producer.send(self.deadletter, value, key=key)
                          for key, value in dead_out]
         except KafkaError as exc:

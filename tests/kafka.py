@@ -32,6 +32,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from events import Event, decode, encode
 from streams import config
 from streams.config import WorkerSettings
+from streams.processor import InboxRecord
 from streams.records import (
     DEADLETTER,
     INBOX,
@@ -112,7 +113,8 @@ def wait_until(pred: Callable[[], T], timeout: float = 30.0, interval: float = 0
 class Live:
     """One test's producer, journal watcher and dead-letter reader (and maybe a worker)."""
 
-    def __init__(self, bootstrap: str, prefix: str, partitions: int = 4) -> None:
+    def __init__(self, bootstrap: str, prefix: str, partitions: int = 4,
+                 watch_inbox: bool = False) -> None:
         self.bootstrap = bootstrap
         self.prefix = prefix
         self.partitions = partitions
@@ -122,6 +124,8 @@ class Live:
         self.bg = BackgroundLoop()
         self.records: dict[int, list[JournalRecord]] = {p: [] for p in range(partitions)}
         self.dead: list[DeadLetter] = []
+        self.watch_inbox = watch_inbox
+        self.inbox_records: dict[int, list[InboxRecord]] = {p: [] for p in range(partitions)}
         self._lock = threading.Lock()
         self._producer: AIOKafkaProducer | None = None
         self._watch: concurrent.futures.Future[None] | None = None
@@ -219,8 +223,9 @@ class Live:
                              fetch_max_wait_ms=20, max_partition_fetch_bytes=8 * 1024 * 1024)
         await c.start()
         try:
-            tps = [TopicPartition(t, p) for t in (self.journal_topic, self.dl_topic)
-                   for p in range(self.partitions)]
+            watched = (self.journal_topic, self.dl_topic) + (
+                (self.inbox,) if self.watch_inbox else ())
+            tps = [TopicPartition(t, p) for t in watched for p in range(self.partitions)]
             c.assign(tps)
             for tp in tps:
                 c.seek(tp, 0)
@@ -232,6 +237,10 @@ class Live:
                             if tp.topic == self.journal_topic:
                                 self.records[tp.partition].append(
                                     parse_journal(m.partition, m.offset, m.value, m.headers))
+                            elif tp.topic == self.inbox:
+                                self.inbox_records[tp.partition].append(InboxRecord(
+                                    topic=m.topic, partition=m.partition, offset=m.offset,
+                                    key=m.key, value=m.value, headers=tuple(m.headers or ())))
                             else:
                                 self.dead.append(decode_dead_letter(m.value))
         finally:
@@ -261,6 +270,10 @@ class Live:
     def claims(self, partition: int) -> list[Claim]:
         return [msgspec.json.decode(r.value, type=Claim) for r in self.raw(partition)
                 if r.kind == KIND_CLAIM]
+
+    def inbox_of(self, partition: int) -> list[InboxRecord]:
+        with self._lock:
+            return list(self.inbox_records[partition])
 
     def dead_letters(self) -> list[DeadLetter]:
         with self._lock:
@@ -337,3 +350,113 @@ class WorkerProcess:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+# -- journal invariants ------------------------------------------------------------------------
+
+class JournalCheck(msgspec.Struct, kw_only=True):
+    """What ``check_journal`` counted in one partition."""
+
+    records: int
+    claims: int
+    inputs: int
+    decisions: int
+    fenced: int
+    duplicates: int
+    dead: int
+    skipped: int
+    events: dict[str, list[Event]]
+
+
+def check_journal(live: Live, partition: int, last_offset: int, last_inbox: int) -> JournalCheck:
+    """Assert the crash-safety invariants of one journal partition up to ``last_offset``.
+
+    - the watcher saw every offset (no hole in what is checked);
+    - duplicates only exact (an id kept twice has the same bytes);
+    - no input journaled twice, and inputs in inbox order;
+    - no inbox record up to ``last_inbox`` lost: each is journaled, dead-lettered, or a
+      copy of an event id journaled before it;
+    - every cluster's journal (fenced, deduplicated) passes the replay check, so no
+      decision is missing, changed or extra.
+    """
+    from events import DECISION_TYPES
+    from scheduler.replay import verify_log
+
+    raw = [r for r in live.raw(partition) if r.offset <= last_offset]
+    assert [r.offset for r in raw] == list(range(last_offset + 1)), "the watcher missed records"
+    fence = Fence()
+    kept: dict[str, bytes] = {}
+    where: dict[str, JournalRecord] = {}
+    input_offsets: dict[str, int] = {}
+    journaled_inbox: list[int] = []
+    events: dict[str, list[Event]] = {}
+    fenced = dups = inputs = decisions = 0
+    for r in raw:
+        if not fence.admit(r):
+            fenced += r.kind != KIND_CLAIM
+            continue
+        e = decode(r.value)
+        if e.id in kept:
+            first = where[e.id]
+            assert kept[e.id] == r.value, f"a second copy of {e.id} differs from the first"
+            assert r.kind != "input", (
+                f"input {e.id} journaled twice: at {first.offset} (owner {first.owner[:8]}, "
+                f"inbox {first.inbox_offset}) and {r.offset} (owner {r.owner[:8]}, inbox "
+                f"{r.inbox_offset}); claims: "
+                + ", ".join(f"{c.offset}:{c.owner[:8]}" for c in raw if c.kind == KIND_CLAIM))
+            dups += 1
+            continue
+        kept[e.id] = r.value
+        where[e.id] = r
+        events.setdefault(e.cluster, []).append(e)
+        if r.kind == "input":
+            inputs += 1
+            assert r.inbox_offset is not None
+            input_offsets[e.id] = r.inbox_offset
+            journaled_inbox.append(r.inbox_offset)
+        else:
+            assert type(e) in DECISION_TYPES
+            decisions += 1
+    assert journaled_inbox == sorted(set(journaled_inbox)), "inputs out of inbox order"
+    journaled = set(journaled_inbox)
+    dead = {d.offset for d in live.dead_letters() if d.partition == partition}
+    skipped = 0
+    for rec in live.inbox_of(partition):
+        if rec.offset > last_inbox:
+            break
+        if rec.offset in journaled:
+            continue
+        if rec.offset in dead:
+            continue
+        e = decode(rec.value or b"")
+        assert e.id in input_offsets and input_offsets[e.id] < rec.offset, \
+            f"inbox record {partition}:{rec.offset} ({e.id}) was lost"
+        skipped += 1
+    for cluster, evs in events.items():
+        result = verify_log(enumerate(evs, 1))
+        assert result.ok, f"{cluster}: {result.divergence}"
+    return JournalCheck(records=len(raw), claims=len(live.claims(partition)), inputs=inputs,
+                        decisions=decisions, fenced=fenced, duplicates=dups,
+                        dead=len(dead), skipped=skipped, events=events)
+
+
+def fingerprints(events: list[Event], cluster: str) -> tuple[str, str]:
+    """(a clean fold of the journal, a fresh engine's run over its inputs): state fingerprints."""
+    from events import DECISION_TYPES
+    from scheduler import Engine
+    from scheduler.replay import fold_log
+
+    fresh = Engine(cluster)
+    for e in events:
+        if type(e) not in DECISION_TYPES:
+            fresh.process(e)
+    return fold_log(events, cluster=cluster).state.fingerprint(), fresh.state.fingerprint()
+
+
+def get_state(port: int) -> dict[str, Any]:
+    """A worker's ``/state`` (per partition: journal offset and cluster fingerprints)."""
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/state", timeout=15) as resp:
+        return json.loads(resp.read())

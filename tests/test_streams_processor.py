@@ -214,3 +214,13 @@ def test_fold_without_a_claim_counts_nothing() -> None:
         fold.add(r)
     assert fold.finish() == {}
     assert fold.engines == {} and fold.stats.fenced == len(records)
+
+
+def test_a_copy_of_a_fresh_engines_first_tick_is_skipped() -> None:
+    # Two owners' tickers tick the same second: the second copy must be a duplicate even
+    # when the first was the first event the engine ever saw (recorded before the clock).
+    p, engines = make(), {}
+    assert isinstance(p.handle(tick_record(at=1_800_000_000), engines), Accepted)
+    assert isinstance(p.handle(tick_record(at=1_800_000_001), engines), Accepted)
+    assert isinstance(p.handle(tick_record(at=1_800_000_000), engines), Skipped)
+
