@@ -17,9 +17,14 @@
 4. exports the journal it wrote (``streams.export``), loads it into the audit
    (``audit.load_log``), prints the audit summary beside the simulator's run of
    the same scenario, and runs the replay check (``scheduler.replay.verify_file``);
-5. ends with PASS when the replay re-derives every decision, the audit loaded
-   the journal, every input it published is in the journal, and work both
-   started and finished; FAIL with the reasons otherwise.
+5. with the Faust projections running (the default), stops the scheduler so
+   the journal is final, waits until the projections applied all of it, and
+   compares their windows (GPU-seconds per budget node and per host, hourly
+   and daily) with the same figures computed by the audit;
+6. ends with PASS when the replay re-derives every decision, the audit loaded
+   the journal, every input it published is in the journal, work both started
+   and finished, and the projections equal the audit; FAIL with the reasons
+   otherwise.
 """
 
 from __future__ import annotations
@@ -73,12 +78,17 @@ class DemoReport(msgspec.Struct, kw_only=True):
     replay_ok: bool = False
     replay_detail: str = ""
     audit_ok: bool = False
+    projections_checked: bool = False
+    projections_ok: bool = False
+    projections_detail: str = ""
+    projections_lag: dict[str, Any] = {}
     passed: bool = False
     reasons: list[str] = []
 
 
 def play(stack: Any, scenario: Scenario, scenario_path: str, out: Path, con: Any,
-         horizon_days: float | None = None, view: bool = True) -> bool:
+         horizon_days: float | None = None, view: bool = True,
+         projections_port: int | None = None) -> bool:
     """Play ``scenario`` through ``stack``; print the audit and the replay; True when it passed."""
     if horizon_days is not None:
         scenario = with_overrides(scenario, horizon_days=horizon_days)
@@ -88,7 +98,11 @@ def play(stack: Any, scenario: Scenario, scenario_path: str, out: Path, con: Any
     t0 = time.monotonic()
     asyncio.run(_play(stack, scenario, Path(scenario_path).parent, report, con, view))
     report.play_wall_s = time.monotonic() - t0
-    _audit(stack, scenario, Path(scenario_path).parent, out, report, con)
+    if projections_port is not None:
+        # The journal must stop growing for the projections and the export to be compared.
+        stack.stop_child("executor")
+        stack.stop_child("worker")
+    _audit(stack, scenario, Path(scenario_path).parent, out, report, con, projections_port)
     report.wall_s = time.monotonic() - t0
     _verdict(report)
     (out / "report.json").write_bytes(msgspec.json.format(msgspec.json.encode(report)))
@@ -115,6 +129,8 @@ def _verdict(r: DemoReport) -> None:
         r.reasons.append("no workload started")
     if not r.finished:
         r.reasons.append("no workload finished (is the executor running?)")
+    if r.projections_checked and not r.projections_ok:
+        r.reasons.append(f"projections: {r.projections_detail}")
     r.passed = not r.reasons
 
 
@@ -276,7 +292,7 @@ def _input(kind: int, payload: Any, mk: Inputs, lv: Any, clock: int, rng: random
 
 
 def _audit(stack: Any, scenario: Scenario, base_dir: Path, out: Path, report: DemoReport,
-           con: Any) -> None:
+           con: Any, projections_port: int | None = None) -> None:
     from audit.load import LogLoadError, load_log, open_db
     from audit.report import render, summary
     from events import read_log
@@ -311,8 +327,11 @@ def _audit(stack: Any, scenario: Scenario, base_dir: Path, out: Path, report: De
                 "simulated": summary(con_db, "simulated", sim.wall_seconds)}
         con.print(render(sums))
         (out / "summary.json").write_text(json.dumps(sums, indent=2, default=str))
-        con_db.close()
         report.audit_ok = True
+        if projections_port is not None:
+            _check_projections(stack, scenario.cluster.id, projections_port, con_db,
+                               "live (Kafka)", report, con)
+        con_db.close()
     except (LogLoadError, Exception) as exc:  # the verdict says what failed; never a traceback
         report.audit_ok = False
         con.print(f"[red]audit failed[/]: {exc}")
@@ -327,4 +346,127 @@ def _audit(stack: Any, scenario: Scenario, base_dir: Path, out: Path, report: De
         con.print(f"replay: [red]diverged[/]: {report.replay_detail}")
 
 
-__all__ = ["DemoReport", "play"]
+# -- the projections against the audit ----------------------------------------------------------
+
+Figures = dict[str, dict[int, tuple[int, int]]]
+
+
+def audit_node_seconds(con: Any, run: str) -> Figures:
+    """GPU-seconds per budget node and hour: the audit's ``gpu_hours_by_node_hour``."""
+    out: Figures = {}
+    for node, hour, a, u in con.execute(
+            "SELECT node, hour, allocated_gpu_h, unallocated_gpu_h FROM gpu_hours_by_node_hour "
+            "WHERE run = ? AND (allocated_gpu_h > 0 OR unallocated_gpu_h > 0)", [run]).fetchall():
+        out.setdefault(node, {})[int(hour)] = (round(a * 3600), round(u * 3600))
+    return out
+
+
+def audit_host_seconds(con: Any, run: str) -> Figures:
+    """GPU-seconds per host and hour: the audit's ``run_slots`` cut at hour boundaries."""
+    out: Figures = {}
+    rows = con.execute("""
+        SELECT host, h,
+               sum(CASE WHEN allocated THEN gpus * (least(stop_at, h + 3600) - greatest(start_at, h))
+                        ELSE 0 END),
+               sum(CASE WHEN allocated THEN 0
+                        ELSE gpus * (least(stop_at, h + 3600) - greatest(start_at, h)) END)
+        FROM (SELECT *, unnest(range(hour_of(start_at), stop_at, 3600)) AS h
+              FROM run_slots WHERE run = ? AND stop_at > start_at)
+        GROUP BY host, h""", [run]).fetchall()
+    for host, h, a, u in rows:
+        if a or u:
+            out.setdefault(host, {})[int(h)] = (int(a), int(u))
+    return out
+
+
+def hop(hourly: Figures, size_s: int, step_s: int) -> Figures:
+    """Hourly figures summed into hopping windows of ``size_s`` every ``step_s`` seconds."""
+    from streams.usage_windows import WindowSpec
+
+    spec = WindowSpec(name="x", size_s=size_s, step_s=step_s)
+    out: Figures = {}
+    for key, cells in hourly.items():
+        for hour, (a, u) in cells.items():
+            for s in spec.starts(hour):
+                a0, u0 = out.setdefault(key, {}).get(s, (0, 0))
+                out[key][s] = (a0 + a, u0 + u)
+    return nonzero(out)
+
+
+def nonzero(f: Figures) -> Figures:
+    return {k: {s: v for s, v in c.items() if v != (0, 0)} for k, c in f.items()
+            if any(v != (0, 0) for v in c.values())}
+
+
+def _get(port: int, path: str) -> Any:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+        return json.loads(r.read())
+
+
+def _check_projections(stack: Any, cluster: str, port: int, con_db: Any, run: str,
+                       report: DemoReport, con: Any, timeout_s: float = 90.0) -> None:
+    report.projections_checked = True
+    s = stack.settings
+    child = stack.child("projections")
+    partition, last = asyncio.run(_last_offset(s.bootstrap, s.topic_prefix, cluster))
+    p = str(partition)
+    deadline = time.monotonic() + timeout_s
+    st: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        if child is not None and not child.alive():
+            report.projections_detail = f"the projections process died: {child.tail()}"
+            return
+        try:
+            st = _get(port, "/status")
+        except (OSError, ValueError):
+            st = {}
+        if st.get("offsets", {}).get(p, -1) >= last:
+            break
+        time.sleep(0.5)
+    else:
+        report.projections_detail = (f"not caught up with the journal in {timeout_s:.0f} s "
+                                     f"(at {st.get('offsets', {}).get(p)}, journal ends {last})")
+        return
+    report.projections_lag = st.get("lag", {})
+    nodes, hosts = audit_node_seconds(con_db, run), audit_host_seconds(con_db, run)
+    diffs = []
+    for window in st.get("windows", []):
+        for dim, hourly in (("node", nodes), ("host", hosts)):
+            body = _get(port, f"/usage?cluster={cluster}&window={window['name']}&dim={dim}")
+            got = nonzero({k: {c["start"]: (c["alloc_gpu_s"], c["unalloc_gpu_s"]) for c in v}
+                           for k, v in body["usage"].items()})
+            want = hourly if window["size_s"] == window["step_s"] == 3600 else \
+                hop(hourly, window["size_s"], window["step_s"])
+            if got != want:
+                bad = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
+                diffs.append(f"{window['name']}/{dim}: {len(bad)} key(s) differ, e.g. {bad[:2]}")
+    report.projections_ok = not diffs
+    report.projections_detail = "; ".join(diffs)
+    lag = report.projections_lag
+    if diffs:
+        con.print(f"projections: [red]differ from the audit[/]: {report.projections_detail}")
+    else:
+        con.print(f"projections: [green]equal to the audit[/] (GPU-seconds per node and host, "
+                  f"every window; {st.get('records', 0):,} journal records, "
+                  f"{st.get('skipped_redelivered', 0)} re-delivered and skipped; lag append -> "
+                  f"applied p50 {lag.get('p50_ms')} ms, p99 {lag.get('p99_ms')} ms)")
+
+
+async def _last_offset(bootstrap: str, prefix: str, cluster: str) -> tuple[int, int]:
+    """``cluster``'s journal partition and the offset of its last record (read, not end_offsets)."""
+    from streams.client import Client
+
+    async with Client(bootstrap, prefix, client_id="allot-demo-end") as c:
+        tail = await c.tail(cluster, start="end")
+        try:
+            while not tail.caught_up:
+                await tail.poll(200)
+            await tail.poll(300)
+            return tail.partition, tail.position - 1
+        finally:
+            await tail.stop()
+
+
+__all__ = ["DemoReport", "audit_host_seconds", "audit_node_seconds", "hop", "play"]

@@ -120,14 +120,19 @@ def build_app(bootstrap: str, prefix: str = "", *, partitions: int, port: int,
         broker_heartbeat_interval=1.0,
         broker_request_timeout=max(30.0, session_timeout_s + 10),
         broker_commit_interval=1.0,
+        # Changelog writes: large batches, so one produce round trip carries many of them
+        # (Faust's 16 KB default made a record's writes a round trip each on Tansu).
         producer_linger_ms=5,
+        producer_max_batch_size=1024 * 1024,
+        producer_max_request_size=4 * 1024 * 1024,
         table_standby_replicas=0,
         stream_wait_empty=False,
         key_serializer="raw", value_serializer="json",
         datadir=datadir or os.path.join(os.environ.get("TMPDIR", "/tmp"),
                                         f"{app_id(prefix)}-{os.getpid()}"),
     )
-    journal = app.topic(topic(JOURNAL, prefix), key_type=bytes, value_type=bytes,
+    journal_name = topic(JOURNAL, prefix)
+    journal = app.topic(journal_name, key_type=bytes, value_type=bytes,
                         key_serializer="raw", value_serializer="raw", partitions=partitions)
     tables = {name: app.Table(name, default=None, partitions=partitions, key_type=str,
                               help=f"usage projections: {name}") for name in TABLES}
@@ -156,7 +161,8 @@ def build_app(bootstrap: str, prefix: str = "", *, partitions: int, port: int,
             counters.records += 1
             counters.skipped += res.skipped
             counters.fenced += res.fenced
-            counters.offsets[msg.partition] = msg.offset
+            counters.offsets[msg.partition] = max(counters.offsets.get(msg.partition, -1),
+                                                  msg.offset)
             live_at = counters.live_at
             if msg.timestamp and live_at is not None and msg.timestamp >= live_at:
                 # Appended after the projection went live: catching up is not lag.
@@ -170,6 +176,12 @@ def build_app(bootstrap: str, prefix: str = "", *, partitions: int, port: int,
         set_fetch_wait(app, recovery_wait_ms if recovering else tail_wait_ms)
         if not recovering and counters.live_at is None:
             counters.live_at = time.time()
+        # Offsets committed (by this process or the one before it) are reflected in the
+        # tables too: Faust commits only after flushing the changelog writes.
+        for tp, nxt in list(getattr(app.consumer, "_committed_offset", {}).items()):
+            if tp.topic == journal_name and nxt:
+                counters.offsets[tp.partition] = max(counters.offsets.get(tp.partition, -1),
+                                                     int(nxt) - 1)
 
     _pages(app, stores, counters, windows)
     return app

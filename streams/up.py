@@ -194,6 +194,19 @@ class Stack:
             out["broker"] = self.broker.pid
         return out
 
+    def child(self, name: str) -> Child | None:
+        return next((c for c in self.children if c.name == name), None)
+
+    def stop_child(self, name: str, grace_s: float = 15.0) -> int | None:
+        """Stop one child (SIGTERM, then SIGKILL after ``grace_s``); its exit code."""
+        c = self.child(name)
+        if c is None:
+            return None
+        c.terminate()
+        code = c.wait(grace_s)
+        self.children.remove(c)
+        return code
+
     def stop(self, grace_s: float = 15.0) -> dict[str, int | None]:
         """Stop the children (last started first), then the broker; their exit codes."""
         codes: dict[str, int | None] = {}
@@ -249,6 +262,8 @@ def register(subparsers: Any) -> None:
                    help="with --demo: play only this much of the scenario")
     p.add_argument("--out", type=Path, default=Path("out/live-demo"),
                    help="with --demo: where the journal, the audit database and the report go")
+    p.add_argument("--no-projections", action="store_true",
+                   help="with --demo: do not run (and check) the Faust usage projections")
     p.add_argument("--no-view", action="store_true",
                    help="with --demo: print progress lines instead of the live view")
     p.set_defaults(func=_up)
@@ -287,6 +302,8 @@ def _run_up(args: Any, con: Any) -> int:
     embedded = not bootstrap_configured(args.config, args.bootstrap)
     settings = config.load(args.config, flags={**flags, "log_format": "json"})
     port = args.projections
+    if port is None and scenario is not None and not args.no_projections:
+        port = 0  # the demo checks the Faust projections against the audit too
     if port == 0:
         port = free_port()
     stack = Stack(settings, embedded=embedded, log_dir=args.log_dir, projections_port=port,
@@ -313,7 +330,8 @@ def _run_up(args: Any, con: Any) -> int:
             from streams.demo import play
 
             ok = play(stack, scenario, args.demo, args.out, con,
-                      horizon_days=args.horizon_days, view=not args.no_view)
+                      horizon_days=args.horizon_days, view=not args.no_view,
+                      projections_port=port)
             code = 0 if ok else 1
         else:
             con.print("running; Ctrl-C stops everything")

@@ -68,11 +68,15 @@ HOUR = 3600
 NODE = "node"
 HOST = "host"
 DIMENSIONS = (NODE, HOST)
-# Event ids remembered per cluster to drop exact duplicates. At-least-once
-# publishing puts a retried batch right after the original (aiokafka keeps one
-# request in flight per broker), so a short memory suffices; the run rules
-# (no start of a running workload, no stop of a stopped one) cover the rest.
-RECENT_IDS = 256
+# Ids of run events (starts, stops) remembered per cluster to drop exact
+# duplicates. At-least-once publishing puts a retried batch right after the
+# original (aiokafka keeps one request in flight per broker), so a short
+# memory suffices; the run rules (no start of a running workload, no stop of a
+# stopped one) cover the rest, and every other event is harmless when repeated
+# (shares and hosts are set, not added). Kept short because the state value is
+# rewritten, and sent to the changelog, at every run event.
+RECENT_IDS = 32
+_RUN_EVENTS = (WorkloadStarted, WorkloadPreempted, WorkloadFinished, WorkloadCancelled)
 # The rejections that cancel the input they answer (the audit's ``accepted_events``).
 REJECTIONS = frozenset({"workload.rejected", "budget.edit_rejected", "input.rejected"})
 
@@ -252,7 +256,7 @@ class UsageFold:
             return [], False
         out: list[RateChange] = []
         changed = False
-        if type(e) is not ClockTicked:  # a copied tick cannot move the clock twice
+        if type(e) in _RUN_EVENTS:
             s.recent = [*s.recent[-(RECENT_IDS - 1):], e.id]
             changed = True
         tag = type(e).__struct_config__.tag
@@ -260,8 +264,9 @@ class UsageFold:
             if tag in REJECTIONS:
                 if s.pending is not None and e.cause == s.pending[2]:
                     s.pending = None
+                    changed = True
                 if tag == "workload.rejected":
-                    s.budgets.pop(e.workload, None)  # type: ignore[attr-defined]
+                    changed |= s.budgets.pop(e.workload, None) is not None  # type: ignore[attr-defined]
             elif type(e) is WorkloadStarted:
                 _start(s, e, t, out)
             elif type(e) is WorkloadPreempted:
@@ -284,6 +289,7 @@ _HELD = (WorkloadSubmitted, WorkloadFinished, WorkloadCancelled, BudgetNodeDefin
 
 
 def _accept(s: ClusterState, e: Event, t: int, out: list[RateChange]) -> None:
+    """An input whose group closed without a rejection: it took effect at ``t``."""
     if type(e) is WorkloadSubmitted:
         s.budgets.setdefault(e.workload, e.budget)
     elif type(e) in (WorkloadFinished, WorkloadCancelled):

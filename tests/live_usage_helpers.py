@@ -16,6 +16,7 @@ from pathlib import Path
 import duckdb
 
 from events import DECISION_TYPES, Event, encode, write_log
+from streams import demo
 from streams.records import (
     KIND_CLAIM,
     KIND_DECISION,
@@ -53,30 +54,12 @@ def load_audit(events: list[Event], tmp: Path) -> duckdb.DuckDBPyConnection:
 
 def audit_node_seconds(con: duckdb.DuckDBPyConnection) -> Figures:
     """GPU-seconds per budget node and hour, from the audit's ``gpu_hours_by_node_hour``."""
-    out: Figures = defaultdict(dict)
-    for node, hour, a, u in con.execute(
-            "SELECT node, hour, allocated_gpu_h, unallocated_gpu_h FROM gpu_hours_by_node_hour "
-            "WHERE run = 'r' AND (allocated_gpu_h > 0 OR unallocated_gpu_h > 0)").fetchall():
-        out[node][int(hour)] = (round(a * 3600), round(u * 3600))
-    return dict(out)
+    return demo.audit_node_seconds(con, "r")
 
 
 def audit_host_seconds(con: duckdb.DuckDBPyConnection) -> Figures:
     """GPU-seconds per host and hour, from the audit's ``run_slots`` cut at hour boundaries."""
-    out: Figures = defaultdict(dict)
-    rows = con.execute("""
-        SELECT host, h,
-               sum(CASE WHEN allocated THEN gpus * (least(stop_at, h + 3600) - greatest(start_at, h))
-                        ELSE 0 END),
-               sum(CASE WHEN allocated THEN 0
-                        ELSE gpus * (least(stop_at, h + 3600) - greatest(start_at, h)) END)
-        FROM (SELECT *, unnest(range(hour_of(start_at), stop_at, 3600)) AS h
-              FROM run_slots WHERE run = 'r' AND stop_at > start_at)
-        GROUP BY host, h""").fetchall()
-    for host, h, a, u in rows:
-        if a or u:
-            out[host][int(h)] = (int(a), int(u))
-    return dict(out)
+    return demo.audit_host_seconds(con, "r")
 
 
 def hop(hourly: Figures, spec: WindowSpec) -> Figures:

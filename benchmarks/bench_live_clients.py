@@ -1,0 +1,245 @@
+"""Benchmark: the live stack's client side on the embedded broker, measured in one run.
+
+What it measures (docs/live-clients.md quotes the figures):
+
+1. **Client round trip**: ``Client.request`` of an input until its group is
+   complete in the journal (the decisions it caused are known), sequentially,
+   against the broker's own produce -> consume round trip of a same-size
+   record measured in the same run (the baseline: Tansu makes every fetch wait
+   its whole ``fetch_max_wait_ms``).
+2. **The demo through Kafka**: ``scenarios/demo.toml`` for ``--days`` of
+   scheduler time at ``--time-scale``, with the worker, the simulated executor
+   and the Faust projections (``streams.demo.play``: audit, replay, projections
+   against the audit); its wall time and the projections' lag (append ->
+   applied) while it plays.
+3. **Executor finish latency**, from the journal it left: for every run the
+   executor reported, the wall time from the append of the tick that made the
+   run due to the append of its ``workload.finished`` (and the part of it spent
+   waiting for that tick's group to close), and the lateness in scheduler
+   seconds.
+4. **Faust restart-to-ready** over the changelogs the demo left: a new
+   projections process after ``kill -9`` of the running one, with the fetch
+   waits ``allot projections`` uses (long while recovering, short once live),
+   with a short wait throughout, and with Faust's own 1,500 ms; seconds from
+   spawn to ``/healthz`` and to having applied the whole journal.
+
+Usage: python -m benchmarks.bench_live_clients [--days 1] [--time-scale 3600]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import machine
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * q))]
+
+
+async def client_round_trips(bootstrap: str, prefix: str, cluster: str, n: int) -> dict[str, Any]:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    from events import encode
+    from events.factory import Inputs
+    from streams.client import Client
+
+    # The baseline: produce one ~300-byte record, consume it with the client's tail wait.
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    await admin.create_topics([NewTopic(f"{prefix}bench.rtt", 1, 1)])
+    await admin.close()
+    prod = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=1)
+    await prod.start()
+    cons = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=20,
+                            enable_auto_commit=False, auto_offset_reset="earliest")
+    await cons.start()
+    tp = TopicPartition(f"{prefix}bench.rtt", 0)
+    cons.assign([tp])
+    raw = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        md = await prod.send_and_wait(tp.topic, b"x" * 300, partition=0)
+        while True:
+            got = await cons.getmany(tp, timeout_ms=1000)
+            if any(m.offset == md.offset for m in got.get(tp, [])):
+                break
+        raw.append((time.perf_counter() - t0) * 1000)
+        del i
+    await cons.stop()
+    await prod.stop()
+    mk = Inputs(cluster=cluster, prefix="bench-")
+    rtt = []
+    async with Client(bootstrap, prefix) as c:
+        await c.clock(cluster)
+        await c.request(mk.node("lab", managers=("admin",), at=int(time.time())))
+        for i in range(n):
+            res = await c.request(mk.node(f"lab/n{i}", at=int(time.time())))
+            assert res.ok, res
+            rtt.append(res.seconds * 1000)
+        size = len(encode(mk.node("lab/x", at=0)))
+    return {"n": n, "record_bytes": size,
+            "broker_round_trip_ms": {"p50": statistics.median(raw), "p99": _pct(raw, 0.99)},
+            "request_ms": {"p50": statistics.median(rtt), "p99": _pct(rtt, 0.99)}}
+
+
+async def executor_latency(bootstrap: str, prefix: str, cluster: str) -> dict[str, Any]:
+    """Finish latency from the frozen journal (record append times) and the executor's own rule."""
+    from events import ClockTicked, WorkloadFinished
+    from streams.client import Client
+    from streams.executor import EXECUTOR_SOURCE, ExecutorBook, feed, finish_id
+
+    book = ExecutorBook(cluster)
+    tick_ts: int | None = None
+    decided: dict[str, tuple[int, int, int]] = {}   # finish id -> (due tick ts, closing ts, late)
+    appended: dict[str, int] = {}
+    async with Client(bootstrap, prefix, client_id="bench-exec") as c:
+        tail = await c.tail(cluster, start="begin")
+        try:
+            quiet = 0
+            while quiet < 3:
+                items = await tail.poll(300)
+                quiet = 0 if items else quiet + 1
+                for it in items:
+                    e = it.event
+                    for f in feed(book, [e]):
+                        decided[finish_id(cluster, f.workload, f.run)] = (
+                            tick_ts or it.timestamp_ms, it.timestamp_ms, book.now - f.due_at)
+                    if type(e) is ClockTicked:
+                        tick_ts = it.timestamp_ms
+                    elif type(e) is WorkloadFinished and e.source == EXECUTOR_SOURCE:
+                        appended.setdefault(e.id, it.timestamp_ms)
+        finally:
+            await tail.stop()
+    total = [appended[i] - d[0] for i, d in decided.items() if i in appended]
+    waiting = [d[1] - d[0] for i, d in decided.items() if i in appended]
+    late = [d[2] for i, d in decided.items() if i in appended]
+    return {"finishes": len(total),
+            "due_tick_to_finish_ms": {"p50": _pct(total, 0.5), "p99": _pct(total, 0.99)},
+            "of_which_waiting_for_the_group_ms": {"p50": _pct(waiting, 0.5),
+                                                  "p99": _pct(waiting, 0.99)},
+            "lateness_scheduler_s": {"p50": _pct(late, 0.5), "p99": _pct(late, 0.99)}}
+
+
+def _get(port: int, path: str) -> Any:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=3) as r:
+        return json.loads(r.read())
+
+
+def restart(stack: Any, log_dir: Path, partition: str, last: int, waits: tuple[int, int],
+            timeout_s: float = 120.0) -> dict[str, Any]:
+    """Start a projections process with (recovery, tail) waits; seconds to ready and caught up."""
+    from streams.broker import free_port
+    from streams.up import child_env
+
+    port = free_port()
+    env = child_env(stack.settings)
+    t0 = time.monotonic()
+    with open(log_dir / f"projections-{waits[0]}-{waits[1]}.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "allot", "projections", "--port",
+                                 str(port), "--recovery-wait-ms", str(waits[0]),
+                                 "--tail-wait-ms", str(waits[1])], env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+    ready = caught = None
+    st: dict[str, Any] = {}
+    while time.monotonic() - t0 < timeout_s:
+        try:
+            st = _get(port, "/status")
+        except (OSError, ValueError):
+            time.sleep(0.2)
+            continue
+        if ready is None and st.get("live_at"):
+            ready = time.monotonic() - t0
+        if st.get("offsets", {}).get(partition, -1) >= last:
+            caught = time.monotonic() - t0
+            break
+        time.sleep(0.2)
+    return {"proc": proc, "recovery_wait_ms": waits[0], "tail_wait_ms": waits[1],
+            "ready_s": ready, "caught_up_s": caught, "records": st.get("records"),
+            "timed_out": caught is None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    from simulator.scenario import load_scenario
+    from streams import config
+    from streams.broker import free_port
+    from streams.demo import _last_offset, play
+    from streams.up import Stack
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--days", type=float, default=1.0, help="scheduler days of the demo")
+    ap.add_argument("--time-scale", type=float, default=3600.0)
+    ap.add_argument("--requests", type=int, default=40)
+    ap.add_argument("--out", type=Path, default=REPO / "out" / "bench")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    sc = load_scenario(REPO / "scenarios" / "demo.toml")
+    settings = config.load(environ={}, flags={
+        "clusters": (sc.cluster.id, "bench"), "time_scale": args.time_scale,
+        "tick_interval_s": 0.1, "log_format": "json"})
+    port = free_port()
+    stack = Stack(settings, embedded=True, log_dir=args.out / "logs", projections_port=port)
+    out: dict[str, Any] = {"machine": machine(), "load_avg": os.getloadavg()}
+    con = Console(file=io.StringIO(), width=120)
+    stack.start()
+    try:
+        s = stack.settings
+        out["client"] = asyncio.run(client_round_trips(s.bootstrap, s.topic_prefix, "bench",
+                                                       args.requests))
+        t0 = time.monotonic()
+        ok = play(stack, sc, str(REPO / "scenarios" / "demo.toml"), args.out / "demo", con,
+                  horizon_days=args.days, view=False, projections_port=port)
+        rep = json.loads((args.out / "demo" / "report.json").read_text())
+        out["demo"] = {"passed": ok, "days": args.days, "time_scale": args.time_scale,
+                       "wall_s": round(time.monotonic() - t0, 1),
+                       "journal_events": rep["journal_events"],
+                       "projections_equal_audit": rep["projections_ok"],
+                       "projections_lag_while_playing": rep["projections_lag"]}
+        out["executor"] = asyncio.run(executor_latency(s.bootstrap, s.topic_prefix,
+                                                       sc.cluster.id))
+        p, last = asyncio.run(_last_offset(s.bootstrap, s.topic_prefix, sc.cluster.id))
+        st = _get(port, "/status")
+        out["changelog_keys"] = st["keys"]
+        child = stack.child("projections")
+        assert child is not None and child.proc is not None
+        child.proc.send_signal(signal.SIGKILL)
+        child.wait(10)
+        stack.children.remove(child)
+        runs = []
+        for waits in ((200, 50), (20, 20), (1500, 1500)):
+            r = restart(stack, args.out / "logs", str(p), last, waits)
+            proc = r.pop("proc")
+            runs.append(r)
+            proc.send_signal(signal.SIGKILL)  # each run recovers from the changelogs alone
+            proc.wait(10)
+        out["projections_restart_after_kill_9"] = runs
+    finally:
+        stack.stop()
+    text = json.dumps(out, indent=2, default=str)
+    (args.out / "live_clients.json").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
