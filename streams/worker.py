@@ -389,6 +389,9 @@ class Worker:
                  duplicates=fold.stats.duplicates, seconds=round(dt, 3),
                  snapshot_s=round(t_snap - t0, 3), fold_s=round(t_fold - t_snap, 3),
                  clusters=sorted(st.engines))
+        # A long fold is worth a snapshot at once: the next restart folds from here.
+        st.records_since_snapshot = fold.stats.records - fold.stats.claims
+        self._maybe_snapshot(st)
         for c in self.owned_clusters():
             if partition_for(c, self.partitions) == p:
                 await self._send_tick(c, p)  # time starts now, not a tick interval later
