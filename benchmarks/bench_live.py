@@ -337,7 +337,7 @@ def simulated_journal(events: int) -> list[Event]:
     sc = load_scenario(scenarios / "ai2-month.toml")
     days = 30 * events / 210_000 * 1.05
     import msgspec
-    sc = msgspec.structs.replace(sc, horizon_s=int(days * 86400))
+    sc = msgspec.structs.replace(sc, horizon_days=days)
     log = Simulation(sc, "allot", scenarios, load_sources(sc, scenarios)).run().log
     # Cut after a complete group, at about ``events`` events.
     cut = len(log)
