@@ -41,6 +41,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.partitioner import murmur2
 
 from events import ClockTicked, Event, encode, tag_of
+from events.errors import AllotError
 from events.limits import MAX_RECORD_BYTES
 from scheduler import Engine
 from streams import logs, processor, snapshots, topics
@@ -73,6 +74,10 @@ COMMIT_EVERY_S = 5.0
 # After this many seeks back to the same expected offset, accept that the offsets between
 # do not exist (a transactional producer's control records, a retention cut).
 MAX_SEEKS_TO_SAME_OFFSET = 3
+
+
+class FoldError(AllotError):
+    """Rebuilding a partition from the journal did not end where it must."""
 
 
 def partition_for(cluster: str, partitions: int) -> int:
@@ -308,7 +313,13 @@ class Worker:
                 self._to_take.discard(p)
                 if p not in self._assigned_now:
                     continue
-                await self._take(p)
+                try:
+                    await self._take(p)
+                except (KafkaError, AllotError) as exc:
+                    # The broker is unreachable or slow: keep the partition paused, try again.
+                    self.log.error("partition.take_failed", partition=p, detail=str(exc))
+                    self._to_take.add(p)
+                    await asyncio.sleep(1.0)
 
     async def _take(self, p: int) -> None:
         """Claim partition ``p``, rebuild it from the journal, and set the inbox position."""
@@ -348,8 +359,8 @@ class Worker:
                     fold.add(journal_record(msg))
                 except BadJournalRecord as exc:
                     log.warning("journal.bad_record", offset=msg.offset, detail=str(exc))
-        if fold.fence.token != token:
-            raise RuntimeError(f"partition {p}: the fold did not end at this worker's claim")
+        if fold.fence.token != token:  # the read ends at our own claim: cannot happen
+            raise FoldError(f"partition {p}: the fold did not end at this worker's claim")
         # Complete every cluster's last group; decisions a crash cut off from their input
         # come back re-derived, and are appended now, under this claim.
         missing = fold.finish(recover=True)
