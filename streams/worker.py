@@ -157,6 +157,7 @@ class Worker:
         self._server: MetricsServer | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._last_commit = time.monotonic()
+        self._children: dict[tuple[int, str, type], Any] = {}
 
     # -- public view (for the live view, the executor, tests) -------------------------------
 
@@ -502,9 +503,9 @@ class Worker:
                     for d in outcome.derived:
                         out.append((ev.cluster, encode(d), journal_headers(KIND_DECISION, st.token)))
                     journaled_inbox[tp.partition] = m.offset
-                    self.metrics.inputs.labels(ev.cluster, tag_of(type(ev))).inc()
+                    self._count(self.metrics.inputs, ev.cluster, type(ev))
                     for d in outcome.derived:
-                        self.metrics.decisions.labels(ev.cluster, tag_of(type(d))).inc()
+                        self._count(self.metrics.decisions, ev.cluster, type(d))
                     if self.settings.nudge and processor.changes_schedule(outcome):
                         nudge[ev.cluster] = (tp.partition, m.offset)
                 elif isinstance(outcome, Dead):
@@ -537,6 +538,14 @@ class Worker:
         self.metrics.batch_seconds.observe(time.perf_counter() - t0)
         for st in self.owned.values():
             self._maybe_snapshot(st)
+
+    def _count(self, counter: Any, cluster: str, kind: type) -> None:
+        """``counter{cluster, type}`` += 1, with the labelled child cached (labels() is slow)."""
+        key = (id(counter), cluster, kind)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = counter.labels(cluster, tag_of(kind))
+        child.inc()
 
     async def _publish(self, journal_out: dict[int, list[tuple[str, bytes, list[tuple[str, bytes]]]]],
                        dead_out: list[tuple[bytes, bytes]], journaled_inbox: dict[int, int]) -> None:
