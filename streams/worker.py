@@ -41,6 +41,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.partitioner import murmur2
 
 from events import ClockTicked, Event, encode, tag_of
+from events.errors import AllotError
 from events.limits import MAX_RECORD_BYTES
 from scheduler import Engine
 from streams import logs, processor, snapshots, topics
@@ -73,6 +74,10 @@ COMMIT_EVERY_S = 5.0
 # After this many seeks back to the same expected offset, accept that the offsets between
 # do not exist (a transactional producer's control records, a retention cut).
 MAX_SEEKS_TO_SAME_OFFSET = 3
+
+
+class FoldError(AllotError):
+    """Rebuilding a partition from the journal did not end where it must."""
 
 
 def partition_for(cluster: str, partitions: int) -> int:
@@ -152,6 +157,7 @@ class Worker:
         self._server: MetricsServer | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._last_commit = time.monotonic()
+        self._children: dict[tuple[int, str, type], Any] = {}
 
     # -- public view (for the live view, the executor, tests) -------------------------------
 
@@ -308,7 +314,13 @@ class Worker:
                 self._to_take.discard(p)
                 if p not in self._assigned_now:
                     continue
-                await self._take(p)
+                try:
+                    await self._take(p)
+                except (KafkaError, AllotError) as exc:
+                    # The broker is unreachable or slow: keep the partition paused, try again.
+                    self.log.error("partition.take_failed", partition=p, detail=str(exc))
+                    self._to_take.add(p)
+                    await asyncio.sleep(1.0)
 
     async def _take(self, p: int) -> None:
         """Claim partition ``p``, rebuild it from the journal, and set the inbox position."""
@@ -348,8 +360,8 @@ class Worker:
                     fold.add(journal_record(msg))
                 except BadJournalRecord as exc:
                     log.warning("journal.bad_record", offset=msg.offset, detail=str(exc))
-        if fold.fence.token != token:
-            raise RuntimeError(f"partition {p}: the fold did not end at this worker's claim")
+        if fold.fence.token != token:  # the read ends at our own claim: cannot happen
+            raise FoldError(f"partition {p}: the fold did not end at this worker's claim")
         # Complete every cluster's last group; decisions a crash cut off from their input
         # come back re-derived, and are appended now, under this claim.
         missing = fold.finish(recover=True)
@@ -389,6 +401,9 @@ class Worker:
                  duplicates=fold.stats.duplicates, seconds=round(dt, 3),
                  snapshot_s=round(t_snap - t0, 3), fold_s=round(t_fold - t_snap, 3),
                  clusters=sorted(st.engines))
+        # A long fold is worth a snapshot at once: the next restart folds from here.
+        st.records_since_snapshot = fold.stats.records - fold.stats.claims
+        self._maybe_snapshot(st)
         for c in self.owned_clusters():
             if partition_for(c, self.partitions) == p:
                 await self._send_tick(c, p)  # time starts now, not a tick interval later
@@ -488,9 +503,9 @@ class Worker:
                     for d in outcome.derived:
                         out.append((ev.cluster, encode(d), journal_headers(KIND_DECISION, st.token)))
                     journaled_inbox[tp.partition] = m.offset
-                    self.metrics.inputs.labels(ev.cluster, tag_of(type(ev))).inc()
+                    self._count(self.metrics.inputs, ev.cluster, type(ev))
                     for d in outcome.derived:
-                        self.metrics.decisions.labels(ev.cluster, tag_of(type(d))).inc()
+                        self._count(self.metrics.decisions, ev.cluster, type(d))
                     if self.settings.nudge and processor.changes_schedule(outcome):
                         nudge[ev.cluster] = (tp.partition, m.offset)
                 elif isinstance(outcome, Dead):
@@ -523,6 +538,14 @@ class Worker:
         self.metrics.batch_seconds.observe(time.perf_counter() - t0)
         for st in self.owned.values():
             self._maybe_snapshot(st)
+
+    def _count(self, counter: Any, cluster: str, kind: type) -> None:
+        """``counter{cluster, type}`` += 1, with the labelled child cached (labels() is slow)."""
+        key = (id(counter), cluster, kind)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = counter.labels(cluster, tag_of(kind))
+        child.inc()
 
     async def _publish(self, journal_out: dict[int, list[tuple[str, bytes, list[tuple[str, bytes]]]]],
                        dead_out: list[tuple[bytes, bytes]], journaled_inbox: dict[int, int]) -> None:
