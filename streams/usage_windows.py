@@ -50,7 +50,6 @@ from events import (
     DECISION_TYPES,
     BudgetNodeDefined,
     BudgetSharesSet,
-    ClockTicked,
     Event,
     HostAdded,
     HostRemoved,
