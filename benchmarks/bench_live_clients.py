@@ -22,6 +22,11 @@ What it measures (docs/live-clients.md quotes the figures):
    waits ``allot projections`` uses (long while recovering, short once live),
    with a short wait throughout, and with Faust's own 1,500 ms; seconds from
    spawn to ``/healthz`` and to having applied the whole journal.
+5. **Recovery of a long changelog** (``--changelog-batches N``, on a broker of
+   its own): N single-record batches in the projections' window changelog, the
+   shape a long-lived projection leaves on a broker that never compacts; seconds
+   from spawn to live with each of the same three wait settings (a graceful
+   stop between runs, so no session timeout is in the figure).
 
 Usage: python -m benchmarks.bench_live_clients [--days 1] [--time-scale 3600]
 """
@@ -88,6 +93,7 @@ async def client_round_trips(bootstrap: str, prefix: str, cluster: str, n: int) 
     await prod.stop()
     mk = Inputs(cluster=cluster, prefix="bench-")
     rtt = []
+    setup = []
     async with Client(bootstrap, prefix) as c:
         await c.clock(cluster)
         await c.request(mk.node("lab", managers=("admin",), at=int(time.time())))
@@ -95,10 +101,13 @@ async def client_round_trips(bootstrap: str, prefix: str, cluster: str, n: int) 
             res = await c.request(mk.node(f"lab/n{i}", at=int(time.time())))
             assert res.ok, res
             rtt.append(res.seconds * 1000)
+            setup.append(res.setup_seconds * 1000)
         size = len(encode(mk.node("lab/x", at=0)))
     return {"n": n, "record_bytes": size,
             "broker_round_trip_ms": {"p50": statistics.median(raw), "p99": _pct(raw, 0.99)},
-            "request_ms": {"p50": statistics.median(rtt), "p99": _pct(rtt, 0.99)}}
+            "publish_to_group_complete_ms": {"p50": statistics.median(rtt),
+                                             "p99": _pct(rtt, 0.99)},
+            "opening_the_tail_ms": {"p50": statistics.median(setup), "p99": _pct(setup, 0.99)}}
 
 
 async def executor_latency(bootstrap: str, prefix: str, cluster: str) -> dict[str, Any]:
@@ -177,6 +186,77 @@ def restart(stack: Any, log_dir: Path, partition: str, last: int, waits: tuple[i
             "timed_out": caught is None}
 
 
+def long_changelog(n: int, log_dir: Path, timeout_s: float = 180.0,
+                   per_batch: int = 1) -> list[dict[str, Any]]:
+    """Seconds to live for a projections process recovering ``n`` batches of ``per_batch``."""
+    from aiokafka import AIOKafkaProducer
+
+    from streams.broker import TansuBroker, free_port
+    from streams.projections import app_id
+    from streams.topics import ensure_topics
+
+    out = []
+    with TansuBroker(log_path=log_dir / "tansu-changelog.log") as b:
+        asyncio.run(ensure_topics(b.bootstrap, "", 1))
+        changelog = f"{app_id('')}-windows-changelog"
+
+        async def fill() -> None:
+            from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+            a = AIOKafkaAdminClient(bootstrap_servers=b.bootstrap)
+            await a.start()
+            await a.create_topics([NewTopic(changelog, 1, 1)])
+            await a.close()
+            p = AIOKafkaProducer(bootstrap_servers=b.bootstrap, acks="all", linger_ms=0)
+            await p.start()
+            for i in range(n):  # each batch awaited before the next: one batch each
+                # Keys and values as Faust writes them for a str-keyed JSON table.
+                futs = [await p.send(changelog, json.dumps([3600, 0, i]).encode(),
+                                     key=json.dumps(f"c|hourly|node|lab/t{(i * per_batch + j) % 500}"
+                                                    f"|{i * per_batch + j}").encode(),
+                                     partition=0)
+                        for j in range(per_batch)]
+                await asyncio.gather(*futs)
+            await p.stop()
+
+        t0 = time.monotonic()
+        asyncio.run(fill())
+        fill_s = time.monotonic() - t0
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
+        env["ALLOT_BOOTSTRAP"] = b.bootstrap
+        for waits in ((200, 50), (20, 20), (1500, 1500)):
+            port = free_port()
+            t0 = time.monotonic()
+            with open(log_dir / f"recovery-{waits[0]}-{waits[1]}.log", "wb") as log:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "allot", "projections", "--port", str(port),
+                     "--recovery-wait-ms", str(waits[0]), "--tail-wait-ms", str(waits[1])],
+                    env=env, stdout=log, stderr=subprocess.STDOUT)
+            live = None
+            keys = None
+            while time.monotonic() - t0 < timeout_s:
+                try:
+                    st = _get(port, "/status")
+                except (OSError, ValueError):
+                    time.sleep(0.2)
+                    continue
+                if st.get("live_at"):
+                    live = time.monotonic() - t0
+                    keys = st["keys"]["windows"]
+                    break
+                time.sleep(0.2)
+            proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+            out.append({"batches": n, "records_per_batch": per_batch, "fill_s": round(fill_s, 1), "recovery_wait_ms": waits[0],
+                        "tail_wait_ms": waits[1], "live_s": live, "window_keys": keys,
+                        "timed_out": live is None})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
@@ -191,6 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-scale", type=float, default=3600.0)
     ap.add_argument("--requests", type=int, default=40)
     ap.add_argument("--out", type=Path, default=REPO / "out" / "bench")
+    ap.add_argument("--changelog-batches", type=int, default=0,
+                    help="also time recovery of a changelog of this many batches (0: skip)")
+    ap.add_argument("--changelog-records-per-batch", type=int, default=1)
+    ap.add_argument("--only-changelog", action="store_true", help="run only that part")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     sc = load_scenario(REPO / "scenarios" / "demo.toml")
@@ -201,6 +285,13 @@ def main(argv: list[str] | None = None) -> int:
     stack = Stack(settings, embedded=True, log_dir=args.out / "logs", projections_port=port)
     out: dict[str, Any] = {"machine": machine(), "load_avg": os.getloadavg()}
     con = Console(file=io.StringIO(), width=120)
+    if args.changelog_batches:
+        (args.out / "logs").mkdir(parents=True, exist_ok=True)
+        out["long_changelog"] = long_changelog(args.changelog_batches, args.out / "logs",
+                                               per_batch=args.changelog_records_per_batch)
+        if args.only_changelog:
+            print(json.dumps(out, indent=2, default=str))
+            return 0
     stack.start()
     try:
         s = stack.settings

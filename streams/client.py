@@ -317,6 +317,7 @@ class Result(msgspec.Struct, kw_only=True):
     dead_letter: dict[str, Any] | None = None
     followed: list[dict[str, Any]] = []          # later decisions asked for with ``follow``
     seconds: float = 0.0                         # publish -> group complete (wall clock)
+    setup_seconds: float = 0.0                   # opening the tail (the latest-claim search)
 
     @property
     def ok(self) -> bool:
@@ -462,13 +463,15 @@ class Client:
         after ``timeout`` when the input shows up neither in the journal nor
         in the dead letter.
         """
-        t0 = time.monotonic()
+        t_setup = time.monotonic()
         tail = await self.tail(event.cluster, start="end")
         dl = await self._dead_letter_watch()
+        t0 = time.monotonic()
         try:
             pub = await self.publish(event)
             res = await self._await_group(tail, dl, pub, t0 + timeout)
             res.seconds = time.monotonic() - t0
+            res.setup_seconds = t0 - t_setup
             if follow is not None and res.ok:
                 deadline = time.monotonic() + (follow_timeout if follow_timeout else timeout)
                 res.followed = [_plain(e)
