@@ -28,10 +28,10 @@ and ``allot projections`` refuses any other address):
 The fetch wait (docs/live-clients.md has the measurements): Faust hard-codes
 ``fetch_max_wait_ms=1500`` in its aiokafka driver, and on Tansu every fetch
 waits its whole wait, so the projection would lag about a second behind the
-journal; a short wait, though, never lets table recovery progress (Tansu's
-fetch is time-limited and a changelog is long). So a timer sets the running
-consumer's wait: ``recovery_wait_ms`` while Faust recovers its tables,
-``tail_wait_ms`` once it is live.
+journal; a very short wait, though, reads nothing from a long partition
+(Tansu's fetch is time-limited; the notes saw recovery never progress at
+10 ms). So a timer sets the running consumer's wait: ``recovery_wait_ms``
+while Faust recovers its tables, ``tail_wait_ms`` once it is live.
 """
 
 from __future__ import annotations
