@@ -8,13 +8,14 @@ event published from outside) is answered with ``input.rejected``.
 from __future__ import annotations
 
 from events.base import Event
+from events.limits import Text
 
 
 class InputRejected(Event, kw_only=True, tag="input.rejected"):
     """An input (``cause``) was refused, and why."""
 
-    reason: str
-    detail: str = ""
+    reason: Text
+    detail: Text = ""
 
 
 class InputReason:
