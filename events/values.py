@@ -23,6 +23,7 @@ import msgspec
 
 from events.base import Event
 from events.codec import MalformedEvent, decode, encode
+from events.limits import MAX_DEPTH
 
 
 def problem(event: object) -> str | None:
@@ -31,6 +32,8 @@ def problem(event: object) -> str | None:
         return f"not an event: {type(event).__name__}"
     try:
         data = encode(event)
+    except RecursionError:
+        return f"nested deeper than a record may be (limit {MAX_DEPTH} levels)"
     except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
         return f"cannot be encoded: {exc}"
     try:

@@ -236,6 +236,14 @@ def test_the_schema_states_the_limits() -> None:
 
 mk = Inputs(cluster="c", prefix="p")
 
+
+def _deep_list(depth: int) -> list:
+    x: list = []
+    for _ in range(depth):
+        x = [x]
+    return x
+
+
 # (event, a fragment of the problem)
 BAD_VALUES = [
     pytest.param(mk.shares("lab", {"a": float("nan")}), "not a finite number",
@@ -258,6 +266,12 @@ BAD_VALUES = [
                  id="record-too-large"),
     pytest.param(HostAdded(id="x", at=0, host=b"h1"), "bytes", id="bytes-for-str"),  # type: ignore[arg-type]
     pytest.param("not an event", "not an event", id="not-an-event"),
+    pytest.param(mk.node("lab/a", managers=_deep_list(5_000)), "nested deeper",  # type: ignore[arg-type]
+                 id="deep-list"),
+    pytest.param(mk.node("lab/a", managers=_deep_list(30)), "nested deeper",  # type: ignore[arg-type]
+                 id="nested-list"),
+    pytest.param(mk.host("h1", rack=object()), "cannot be encoded", id="unencodable"),  # type: ignore[arg-type]
+    pytest.param(mk.host("h1", rack={"a": 1}), "got `object` - at `$.rack`", id="dict-for-str"),  # type: ignore[arg-type]
 ]
 
 
