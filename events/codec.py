@@ -169,15 +169,15 @@ def _check_depth(data: bytes) -> None:
     if b"\\" in data:
         data = _ESCAPE.sub(b"", data)
     outside = b"".join(data.split(b'"')[::2])
-    brackets = outside.translate(_AS_PARENS, _NOT_BRACKETS)
+    brackets = left = outside.translate(_AS_PARENS, _NOT_BRACKETS)
     for _ in range(MAX_DEPTH):
-        if not brackets:
+        if not left:
             return
-        brackets = brackets.replace(b"()", b"")
-    if not brackets:
+        left = left.replace(b"()", b"")
+    if not left:
         return
-    levels = list(accumulate(map(_STEP.__getitem__, brackets)))
-    if min(levels) >= 0 and max(levels) > 0:
+    # Too deep, or not JSON at all: only records that are refused get here.
+    if max(accumulate(map(_STEP.__getitem__, brackets))) > MAX_DEPTH:
         raise MalformedEvent(f"JSON nested deeper than {MAX_DEPTH} levels")
     raise MalformedEvent("not JSON: brackets do not balance")
 
@@ -230,8 +230,9 @@ def decode(data: bytes | str) -> AnyEvent:
     if len(data) > MAX_RECORD_BYTES:
         raise MalformedEvent(f"record over the limit of {MAX_RECORD_BYTES:,} bytes", data[:256])
     try:
-        # The depth check, with its commonest case (one object, no array) inlined.
-        if _OPEN_SQUARE in data or _OPEN_CURLY in data[1:]:
+        # The depth check, with its commonest case (one object, no array) inlined:
+        # 91 is "[" and 123 is "{" (constants, so no name lookups on this path).
+        if 91 in data or 123 in data[1:]:
             _check_depth(data)
         event = _decoder.decode(data)
     except MalformedEvent as exc:

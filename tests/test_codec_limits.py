@@ -75,6 +75,9 @@ HOSTILE = [
                  None, id="deep-and-unclosed"),
     pytest.param(TICK + b',"x":' + b"[]" * 20 + b"]]]}", "do not balance", None,
                  id="unbalanced"),
+    pytest.param(b'{"type":"workload.started","id":"t/0","at":1,"placement":['
+                 + b'{"host":"h","gpus":8},' * 20 + b'{"host', "not JSON", None,
+                 id="cut-after-many-brackets"),
     pytest.param(b'{"type":{},"id":"x","at":1}', "Expected `str`", "$.type", id="type-object"),
     pytest.param(b'{"type":[],"id":"x","at":1}', "Expected `str`", "$.type", id="type-array"),
     pytest.param(b'{"type":null,"id":"x","at":1}', "Expected `str`", "$.type", id="type-null"),
