@@ -154,6 +154,10 @@ CASES: list = [
     pytest.param(lambda t: ["simulate", _scenario(
         t, SCENARIO + '\n[[faults.scheduled]]\nhost = "h0000"\nat = -60\n')],
                  "$.faults.scheduled[0].at", id="fault-before-start"),
+    pytest.param(lambda t: ["simulate", _edit(t, "gpus = 2", "gpus = 100000000000000000000")],
+                 "$.sources[0].workloads[0].gpus", id="workload-gpus-over-int64"),
+    pytest.param(lambda t: ["simulate", _edit(t, 'workload = "w1"', f'workload = "{"w" * 5000}"')],
+                 "$.sources[0].workloads[0].workload", id="workload-id-too-long"),
     pytest.param(lambda t: ["simulate", _scenario(t, SCENARIO + DUPLICATE_SOURCE)],
                  "workload id 'w1' is not unique", id="duplicate-workload-ids"),
     pytest.param(lambda t: ["simulate", _scenario(t, SCENARIO + '\n[policy]\nwindow = 5\n')],
