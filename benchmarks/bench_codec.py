@@ -93,8 +93,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"log: {log} ({n:,} records, {log.stat().st_size / 1e6:.1f} MB)")
 
     def scan(line: bytes) -> None:  # exactly the scan decode() runs before parsing
-        if codec._OPEN_SQUARE in line or codec._OPEN_CURLY in line[1:]:
-            codec._check_depth(line)
+        if 91 in line or 123 in line[1:]:
+            codec._check_brackets(line)
 
     with tempfile.TemporaryDirectory() as tmp:
         baseline = load_baseline(args.baseline, Path(tmp))
