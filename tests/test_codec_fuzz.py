@@ -17,13 +17,13 @@ from collections import Counter
 from typing import Any
 
 import msgspec
+from event_samples import json_path, leaves, sample
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from events import ALL_TYPES, MalformedEvent, decode, encode, problem
 from events.errors import AllotError
 from events.limits import MAX_DEPTH, MAX_STRING_CHARS
-from tests.event_samples import json_path, leaves, sample
 
 BATCH = 25
 EXAMPLES = 480  # x BATCH = 12,000 records

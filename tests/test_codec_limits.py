@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from event_samples import encode_record, every_leaf, json_path, sample, with_value
 
 from events import (
     ALL_TYPES,
@@ -35,7 +36,6 @@ from events.limits import (
     MAX_STRING_CHARS,
 )
 from events.schema import event_schema
-from tests.event_samples import encode_record, every_leaf, json_path, sample, with_value
 
 TICK = b'{"type":"clock.ticked","id":"t1","at":1767571200'
 
