@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Literal
 
 from events.base import Event, Slot
+from events.limits import Array, Int64, Text
 
 
 class WorkloadKind:
@@ -33,32 +34,32 @@ class WorkloadSubmitted(Event, kw_only=True, tag="workload.submitted"):
     ``expected_duration_s`` is for simulation only; the scheduler never reads it.
     """
 
-    workload: str
-    budget: str
-    user: str
-    gpus: int
-    hosts: int = 1
-    gpus_per_host: int | None = None
-    min_runtime_s: int
+    workload: Text
+    budget: Text
+    user: Text
+    gpus: Int64
+    hosts: Int64 = 1
+    gpus_per_host: Int64 | None = None
+    min_runtime_s: Int64
     resumable: bool = False
-    priority: int = 0
-    kind: str = WorkloadKind.TRAINING
-    expected_duration_s: int | None = None
+    priority: Int64 = 0
+    kind: Text = WorkloadKind.TRAINING
+    expected_duration_s: Int64 | None = None
 
 
 class WorkloadCancelled(Event, kw_only=True, tag="workload.cancelled"):
     """The owner (or a manager of its budget) withdraws a pending or running workload."""
 
-    workload: str
-    reason: str = ""
+    workload: Text
+    reason: Text = ""
 
 
 class WorkloadRejected(Event, kw_only=True, tag="workload.rejected"):
     """A submission (``cause``) was refused, and why."""
 
-    workload: str
-    reason: str
-    detail: str = ""
+    workload: Text
+    reason: Text
+    detail: Text = ""
 
 
 class WorkloadStarted(Event, kw_only=True, tag="workload.started"):
@@ -69,10 +70,10 @@ class WorkloadStarted(Event, kw_only=True, tag="workload.started"):
     opted out of preemption (protected until they end).
     """
 
-    workload: str
-    placement: tuple[Slot, ...]
+    workload: Text
+    placement: Array[Slot]
     allocated: bool
-    protected_until: int | None
+    protected_until: Int64 | None
 
 
 class WorkloadReserved(Event, kw_only=True, tag="workload.reserved"):
@@ -84,9 +85,9 @@ class WorkloadReserved(Event, kw_only=True, tag="workload.reserved"):
     A later reservation for the same workload replaces this one.
     """
 
-    workload: str
-    hosts: tuple[str, ...]
-    until: int
+    workload: Text
+    hosts: Array[Text]
+    until: Int64
 
 
 PreemptionReason = Literal[
@@ -106,16 +107,16 @@ class WorkloadPreempted(Event, kw_only=True, tag="workload.preempted"):
     ``requeued``: resumable workloads go back to the queue; others end here.
     """
 
-    workload: str
+    workload: Text
     reason: PreemptionReason
-    by: str | None = None
+    by: Text | None = None
     requeued: bool
 
 
 class WorkloadFinished(Event, kw_only=True, tag="workload.finished"):
     """The executor reports that a running workload ended by itself."""
 
-    workload: str
+    workload: Text
     outcome: Literal["succeeded", "failed"] = "succeeded"
 
 

@@ -13,31 +13,33 @@ from typing import Literal
 
 import msgspec
 
+from events.limits import Int64, Shares, Text
+
 
 class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One simulated workload."""
 
-    workload: str          # unique id
-    submit_at: int         # seconds since the scenario start (t=0)
-    budget: str            # budget leaf path
-    user: str
-    gpus: int
-    hosts: int = 1
-    min_runtime_s: int = 0
+    workload: Text         # unique id
+    submit_at: Int64       # seconds since the scenario start (t=0)
+    budget: Text           # budget leaf path
+    user: Text
+    gpus: Int64
+    hosts: Int64 = 1
+    min_runtime_s: Int64 = 0
     resumable: bool = False
-    priority: int = 0      # allot: order inside the leaf; baseline: LOW(-1)/NORMAL(0)/HIGH(1)
-    kind: str = "training"
-    duration_s: int        # total run time it needs to finish
+    priority: Int64 = 0    # allot: order inside the leaf; baseline: LOW(-1)/NORMAL(0)/HIGH(1)
+    kind: Text = "training"
+    duration_s: Int64      # total run time it needs to finish
     outcome: Literal["succeeded", "failed"] = "succeeded"  # how it ends when it runs to completion
     # The simulated user cancels the workload if it has not started this long
     # after submission (None: waits forever). Open-loop demand needs this, or a
     # queue that is always 2-3x oversubscribed grows without bound.
-    patience_s: int | None = None
+    patience_s: Int64 | None = None
 
 
 class BudgetNodeSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One budget node a source needs (e.g. a trace's teams and users)."""
 
-    path: str
-    shares: int = 1
-    managers: tuple[str, ...] = ()
+    path: Text
+    shares: Shares = 1
+    managers: tuple[Text, ...] = ()

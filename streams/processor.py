@@ -302,7 +302,14 @@ class Processor:
 
 
 def changes_schedule(accepted: Accepted) -> bool:
-    """True when a cycle soon after this input may decide something new (worth a nudge)."""
+    """True when a cycle soon after this input may decide something new (worth a nudge).
+
+    A tick whose cycle decided something counts too: a cycle's work is bounded
+    (``queue_depth`` per leaf), so more may be startable at once; the chain
+    ends with the first cycle that decides nothing.
+    """
+    if type(accepted.event) is ClockTicked:
+        return bool(accepted.derived) and accepted.event.cycle
     if not isinstance(accepted.event, SCHEDULE_INPUTS):
         return False
     # A rejected input changed nothing.

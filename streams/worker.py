@@ -484,7 +484,9 @@ class Worker:
                         st.seek_target = st.next_offset
                         self.log.warning("inbox.seek_back", partition=tp.partition,
                                          expected=st.next_offset, got=m.offset)
-                        self._consumer.seek(tp, st.next_offset)
+                        # (KafkaError: a rebalance took the partition meanwhile.)
+                        with contextlib.suppress(KafkaError):
+                            self._consumer.seek(tp, st.next_offset)
                         break
                 st.seeks = 0
                 rec = InboxRecord(topic=m.topic, partition=m.partition, offset=m.offset,

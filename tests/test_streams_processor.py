@@ -205,6 +205,10 @@ def test_snapshot_round_trip_equals_the_engine() -> None:
 def test_changes_schedule() -> None:
     assert processor.changes_schedule(Accepted(event=SUBMIT, value=b"", derived=[]))
     assert not processor.changes_schedule(Accepted(event=mk.tick(1), value=b"", derived=[]))
+    started = WorkloadStarted(id="t/0", at=1, cluster="c1", workload="w1", placement=(),
+                              allocated=False, protected_until=None)
+    # A cycle that decided something may have left work (bounded per cycle): nudge again.
+    assert processor.changes_schedule(Accepted(event=mk.tick(1), value=b"", derived=[started]))
 
 
 def test_fold_without_a_claim_counts_nothing() -> None:
