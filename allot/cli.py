@@ -221,9 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     from streams.executor import register as register_executor
 
     register_executor(sub)  # allot executor
+    from allot import live_audit
     from streams.up import register as register_up
 
-    register_up(sub)  # allot up (the embedded default; --demo is make demo)
+    register_up(sub, auditor=live_audit.audit_runs)  # allot up (--demo is make demo)
     from streams.view import register as register_top
 
     register_top(sub)  # allot top

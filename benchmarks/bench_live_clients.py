@@ -260,6 +260,7 @@ def long_changelog(n: int, log_dir: Path, timeout_s: float = 180.0,
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
+    from allot.live_audit import audit_runs
     from simulator.scenario import load_scenario
     from streams import config
     from streams.broker import free_port
@@ -299,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
                                                        args.requests))
         t0 = time.monotonic()
         ok = play(stack, sc, str(REPO / "scenarios" / "demo.toml"), args.out / "demo", con,
-                  horizon_days=args.days, view=False, projections_port=port)
+                  horizon_days=args.days, view=False, projections_port=port,
+                  auditor=audit_runs)
         rep = json.loads((args.out / "demo" / "report.json").read_text())
         out["demo"] = {"passed": ok, "days": args.days, "time_scale": args.time_scale,
                        "wall_s": round(time.monotonic() - t0, 1),

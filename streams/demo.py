@@ -14,9 +14,11 @@
    Python client. The simulated executor (another process) reports the
    finishes;
 3. shows the live view (``streams.view``) while it plays;
-4. exports the journal it wrote (``streams.export``), loads it into the audit
-   (``audit.load_log``), prints the audit summary beside the simulator's run of
-   the same scenario, and runs the replay check (``scheduler.replay.verify_file``);
+4. exports the journal it wrote (``streams.export``), has it loaded into the
+   audit (``audit.load_log``, through the ``Auditor`` the command line hands
+   in: ``streams`` does not import the audit), prints the audit summary beside
+   the simulator's run of the same scenario, and runs the replay check
+   (``scheduler.replay.verify_file``);
 5. with the Faust projections running (the default), stops the scheduler so
    the journal is final, waits until the projections applied all of it, and
    compares their windows (GPU-seconds per budget node and per host, hourly
@@ -34,6 +36,7 @@ import heapq
 import json
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +56,23 @@ from projections.workloads import PENDING
 from simulator.scenario import Scenario, with_overrides
 
 SUBMIT, CANCEL, FAULT, REPAIR = range(4)
+
+# key -> window start -> (allocated GPU-seconds, unallocated GPU-seconds)
+Figures = dict[str, dict[int, tuple[int, int]]]
+
+
+class AuditOutcome(msgspec.Struct, kw_only=True):
+    """What the audit said about the demo's runs (``allot.live_audit.audit_runs`` makes it)."""
+
+    table: Any                       # a rich renderable: the summaries side by side
+    summaries: dict[str, Any]
+    node_seconds: Figures            # of the live run: per budget node and hour
+    host_seconds: Figures            # of the live run: per host and hour
+
+
+# The audit, handed in by the command line (``streams`` may not import ``audit``):
+# (database path, run name -> (log, wall seconds), the run whose usage to read).
+Auditor = Callable[[Path, dict[str, tuple[Path, float]], str], AuditOutcome]
 
 
 class DemoReport(msgspec.Struct, kw_only=True):
@@ -88,7 +108,7 @@ class DemoReport(msgspec.Struct, kw_only=True):
 
 def play(stack: Any, scenario: Scenario, scenario_path: str, out: Path, con: Any,
          horizon_days: float | None = None, view: bool = True,
-         projections_port: int | None = None) -> bool:
+         projections_port: int | None = None, auditor: Auditor | None = None) -> bool:
     """Play ``scenario`` through ``stack``; print the audit and the replay; True when it passed."""
     if horizon_days is not None:
         scenario = with_overrides(scenario, horizon_days=horizon_days)
@@ -102,7 +122,8 @@ def play(stack: Any, scenario: Scenario, scenario_path: str, out: Path, con: Any
         # The journal must stop growing for the projections and the export to be compared.
         stack.stop_child("executor")
         stack.stop_child("worker")
-    _audit(stack, scenario, Path(scenario_path).parent, out, report, con, projections_port)
+    _audit(stack, scenario, Path(scenario_path).parent, out, report, con, projections_port,
+           auditor)
     report.wall_s = time.monotonic() - t0
     _verdict(report)
     (out / "report.json").write_bytes(msgspec.json.format(msgspec.json.encode(report)))
@@ -292,9 +313,7 @@ def _input(kind: int, payload: Any, mk: Inputs, lv: Any, clock: int, rng: random
 
 
 def _audit(stack: Any, scenario: Scenario, base_dir: Path, out: Path, report: DemoReport,
-           con: Any, projections_port: int | None = None) -> None:
-    from audit.load import LogLoadError, load_log, open_db
-    from audit.report import render, summary
+           con: Any, projections_port: int | None = None, auditor: Auditor | None = None) -> None:
     from events import read_log
     from scheduler.replay import verify_file
     from simulator.driver import Simulation
@@ -317,24 +336,21 @@ def _audit(stack: Any, scenario: Scenario, base_dir: Path, out: Path, report: De
     sim = Simulation(scenario, "allot", base_dir).run()
     sim_log = out / "simulated.jsonl"
     sim_log.write_bytes(encode_lines(sim.log))
-    db = out / "audit.duckdb"
-    db.unlink(missing_ok=True)
-    try:
-        con_db = open_db(db)
-        load_log(con_db, journal, run="live (Kafka)")
-        load_log(con_db, sim_log, run="simulated")
-        sums = {"live (Kafka)": summary(con_db, "live (Kafka)", report.play_wall_s),
-                "simulated": summary(con_db, "simulated", sim.wall_seconds)}
-        con.print(render(sums))
-        (out / "summary.json").write_text(json.dumps(sums, indent=2, default=str))
-        report.audit_ok = True
-        if projections_port is not None:
-            _check_projections(stack, scenario.cluster.id, projections_port, con_db,
-                               "live (Kafka)", report, con)
-        con_db.close()
-    except (LogLoadError, Exception) as exc:  # the verdict says what failed; never a traceback
-        report.audit_ok = False
-        con.print(f"[red]audit failed[/]: {exc}")
+    live_run = "live (Kafka)"
+    outcome: AuditOutcome | None = None
+    if auditor is None:
+        con.print("[red]no audit was given to the demo[/]")
+    else:
+        try:
+            outcome = auditor(out / "audit.duckdb", {live_run: (journal, report.play_wall_s),
+                                                     "simulated": (sim_log, sim.wall_seconds)},
+                              live_run)
+            con.print(outcome.table)
+            report.audit_ok = True
+        except Exception as exc:  # the verdict says what failed; never a traceback
+            con.print(f"[red]audit failed[/]: {exc}")
+    if projections_port is not None and outcome is not None:
+        _check_projections(stack, scenario.cluster.id, projections_port, outcome, report, con)
     result = verify_file(str(journal))
     report.replay_ok = result.ok
     if result.ok:
@@ -347,36 +363,6 @@ def _audit(stack: Any, scenario: Scenario, base_dir: Path, out: Path, report: De
 
 
 # -- the projections against the audit ----------------------------------------------------------
-
-Figures = dict[str, dict[int, tuple[int, int]]]
-
-
-def audit_node_seconds(con: Any, run: str) -> Figures:
-    """GPU-seconds per budget node and hour: the audit's ``gpu_hours_by_node_hour``."""
-    out: Figures = {}
-    for node, hour, a, u in con.execute(
-            "SELECT node, hour, allocated_gpu_h, unallocated_gpu_h FROM gpu_hours_by_node_hour "
-            "WHERE run = ? AND (allocated_gpu_h > 0 OR unallocated_gpu_h > 0)", [run]).fetchall():
-        out.setdefault(node, {})[int(hour)] = (round(a * 3600), round(u * 3600))
-    return out
-
-
-def audit_host_seconds(con: Any, run: str) -> Figures:
-    """GPU-seconds per host and hour: the audit's ``run_slots`` cut at hour boundaries."""
-    out: Figures = {}
-    rows = con.execute("""
-        SELECT host, h,
-               sum(CASE WHEN allocated THEN gpus * (least(stop_at, h + 3600) - greatest(start_at, h))
-                        ELSE 0 END),
-               sum(CASE WHEN allocated THEN 0
-                        ELSE gpus * (least(stop_at, h + 3600) - greatest(start_at, h)) END)
-        FROM (SELECT *, unnest(range(hour_of(start_at), stop_at, 3600)) AS h
-              FROM run_slots WHERE run = ? AND stop_at > start_at)
-        GROUP BY host, h""", [run]).fetchall()
-    for host, h, a, u in rows:
-        if a or u:
-            out.setdefault(host, {})[int(h)] = (int(a), int(u))
-    return out
 
 
 def hop(hourly: Figures, size_s: int, step_s: int) -> Figures:
@@ -405,7 +391,7 @@ def _get(port: int, path: str) -> Any:
         return json.loads(r.read())
 
 
-def _check_projections(stack: Any, cluster: str, port: int, con_db: Any, run: str,
+def _check_projections(stack: Any, cluster: str, port: int, audit: AuditOutcome,
                        report: DemoReport, con: Any, timeout_s: float = 90.0) -> None:
     report.projections_checked = True
     s = stack.settings
@@ -430,7 +416,7 @@ def _check_projections(stack: Any, cluster: str, port: int, con_db: Any, run: st
                                      f"(at {st.get('offsets', {}).get(p)}, journal ends {last})")
         return
     report.projections_lag = st.get("lag", {})
-    nodes, hosts = audit_node_seconds(con_db, run), audit_host_seconds(con_db, run)
+    nodes, hosts = audit.node_seconds, audit.host_seconds
     diffs = []
     for window in st.get("windows", []):
         for dim, hourly in (("node", nodes), ("host", hosts)):
@@ -469,4 +455,4 @@ async def _last_offset(bootstrap: str, prefix: str, cluster: str) -> tuple[int, 
             await tail.stop()
 
 
-__all__ = ["DemoReport", "audit_host_seconds", "audit_node_seconds", "hop", "play"]
+__all__ = ["AuditOutcome", "Auditor", "DemoReport", "Figures", "hop", "nonzero", "play"]

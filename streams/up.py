@@ -231,8 +231,8 @@ UP_FLAGS: dict[str, tuple[str, type]] = {
 }
 
 
-def register(subparsers: Any) -> None:
-    """Add ``allot up`` to the command line."""
+def register(subparsers: Any, auditor: Any = None) -> None:
+    """Add ``allot up`` to the command line; ``auditor`` audits the demo's journal (see demo.py)."""
     p = subparsers.add_parser(
         "up", help="run a whole live allot here: broker, topics, worker, ticker, executor",
         description="Start the embedded Tansu broker on 127.0.0.1 (unless a bootstrap server is "
@@ -266,7 +266,7 @@ def register(subparsers: Any) -> None:
                    help="with --demo: do not run (and check) the Faust usage projections")
     p.add_argument("--no-view", action="store_true",
                    help="with --demo: print progress lines instead of the live view")
-    p.set_defaults(func=_up)
+    p.set_defaults(func=_up, auditor=auditor)
 
 
 def _up(args: Any) -> int:
@@ -331,7 +331,7 @@ def _run_up(args: Any, con: Any) -> int:
 
             ok = play(stack, scenario, args.demo, args.out, con,
                       horizon_days=args.horizon_days, view=not args.no_view,
-                      projections_port=port)
+                      projections_port=port, auditor=args.auditor)
             code = 0 if ok else 1
         else:
             con.print("running; Ctrl-C stops everything")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import duckdb
 
+from allot import live_audit
 from events import DECISION_TYPES, Event, encode, write_log
-from streams import demo
 from streams.records import (
     KIND_CLAIM,
     KIND_DECISION,
@@ -54,12 +54,12 @@ def load_audit(events: list[Event], tmp: Path) -> duckdb.DuckDBPyConnection:
 
 def audit_node_seconds(con: duckdb.DuckDBPyConnection) -> Figures:
     """GPU-seconds per budget node and hour, from the audit's ``gpu_hours_by_node_hour``."""
-    return demo.audit_node_seconds(con, "r")
+    return live_audit.node_seconds(con, "r")
 
 
 def audit_host_seconds(con: duckdb.DuckDBPyConnection) -> Figures:
     """GPU-seconds per host and hour, from the audit's ``run_slots`` cut at hour boundaries."""
-    return demo.audit_host_seconds(con, "r")
+    return live_audit.host_seconds(con, "r")
 
 
 def hop(hourly: Figures, spec: WindowSpec) -> Figures:
