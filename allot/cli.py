@@ -212,6 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_replay)
 
+    from streams.cli import register as register_streams
+
+    register_streams(sub)  # allot worker, allot journal export
+
     p = sub.add_parser("explain", help="why a workload is where it is",
                        description="Fold LOG (up to --at) and explain WORKLOAD: its fair-share "
                                    "key level by level, its place in line, and what blocks it.")
