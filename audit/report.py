@@ -23,14 +23,8 @@ from typing import Any
 import duckdb
 from rich.table import Table
 
-from audit.load import create_plain_views, drop_plain_views, ensure_derived
-
-
-class UnknownRun(KeyError):
-    """The requested run has no events in the database."""
-
-    def __str__(self) -> str:
-        return f"no run {self.args[0]!r} in the database"
+from audit.errors import UnknownRun
+from audit.views import create_plain_views, drop_plain_views, ensure_derived
 
 
 def runs_in(con: duckdb.DuckDBPyConnection) -> list[str]:
