@@ -10,7 +10,14 @@ from typing import Any
 
 import duckdb
 import pytest
-from test_audit_views import Log, engine_log, faulted_host, two_teams
+from test_audit_views import (
+    Log,
+    engine_log,
+    faulted_host,
+    fresh_db,
+    gang_behind_a_small_job,
+    two_teams,
+)
 
 from audit import create_views, load_log, open_db, summary
 from audit.load import (
@@ -50,6 +57,9 @@ DOWNSTREAM: dict[str, str] = {
     "owed_received_by_team": "run, team",
     "teams": "run, team",
     "host_changes": "run, host, t, d_present, d_fault, d_alloc, d_unalloc",
+    "stranded_by_hour": "run, hour",
+    "largest_gang_waits": "run",
+    "occupancy_by_hour": "run, hour",
 }
 
 
@@ -61,8 +71,7 @@ def write_log(tmp_path: Path, run: str, events: list[Event]) -> Path:
 
 
 def loaded(tmp_path: Path, **logs: list[Event]) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
-    create_views(con)
+    con = fresh_db()
     for run, events in logs.items():
         load_log(con, write_log(tmp_path, run, events))
     return con
@@ -182,7 +191,7 @@ def test_summary_is_the_same_from_the_derived_tables_and_the_plain_views(tmp_pat
     assert same(fast, plain)
 
 
-@pytest.mark.parametrize("make", [odd_log, two_teams, faulted_host])
+@pytest.mark.parametrize("make", [odd_log, two_teams, faulted_host, gang_behind_a_small_job])
 def test_derived_views_equal_the_plain_views_on_hand_written_logs(tmp_path: Path, make: Any) -> None:
     """Odd lifecycles, rejections, late inputs and host changes give the same rows both ways."""
     con = loaded(tmp_path, r=make().events)
