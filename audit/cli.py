@@ -153,17 +153,17 @@ def _load(args: argparse.Namespace) -> int:
     finally:
         con.close()
     run = args.run or default_run_name(args.log)
-    out = Console(highlight=False)
-    out.print(f"loaded {result.events:,} events from {escape(str(args.log))} as run "
-              f"[bold]{escape(run)}[/] into {escape(str(args.db))}")
-    err = Console(stderr=True, highlight=False)
+    Console(highlight=False, soft_wrap=True).print(
+        f"loaded {result.events:,} events from {escape(str(args.log))} as run "
+        f"[bold]{escape(run)}[/] into {escape(str(args.db))}")
+    # Plain prints: one line each, never wrapped, so a script can grep them.
     if result.cut is not None:
-        err.print(f"warning: line {result.cut.line} (the last) is not a valid event and was not "
-                  f"loaded: the log ends mid-line: {escape(result.cut.reason)}")
+        print(f"allot audit: warning: line {result.cut.line} (the last) is not a valid event and "
+              f"was not loaded: the log ends mid-line: {result.cut.reason}", file=sys.stderr)
     if result.skipped:
         first = result.skipped[0]
-        err.print(f"warning: skipped {len(result.skipped):,} bad line(s), listed in the "
-                  f"skipped_lines table; the first, line {first.line}: {escape(first.reason)}")
+        print(f"allot audit: warning: skipped {len(result.skipped):,} bad line(s), listed in the "
+              f"skipped_lines table; the first, line {first.line}: {first.reason}", file=sys.stderr)
     return 0
 
 

@@ -51,6 +51,12 @@ from audit.views import (
 
 STAGING = "_audit_staging"
 CLOCK = "_audit_clock"
+# The one limit beyond the decoder's: the hourly views list every hour a run
+# spans, so a run may span at most this much (a century and a half), with every
+# time well inside int64 so hour arithmetic cannot overflow. A single input
+# stamped 2**62 would otherwise make a log "span" 10**15 hours.
+MAX_SPAN_S = 150 * 366 * 86_400
+MAX_ABS_AT = 2**53
 
 __all__ = [
     "COLUMNS", "DERIVED", "DERIVED_STATUS", "LoadResult", "LogLoadError", "RunExists",
@@ -141,18 +147,23 @@ def _load_json(con: duckdb.DuckDBPyConnection, p: Path, run: str, skip_bad: bool
     worker = threading.Thread(target=decode_all, name="audit-scan", daemon=True)
     worker.start()
     inserted: int | None = None
+    refused: LogLoadError | None = None
     try:
         try:
             _stage(con, STAGING, f"SELECT {select_list(None)} FROM {json_source(str(p))}",
                    one_thread=True)
-            inserted = _begin_insert(con, run)
+            inserted = _begin_insert(con, run, p)
         except duckdb.Error:
             inserted = None  # DuckDB cannot read the file as it is; the scan says why
+        except LogLoadError as exc:
+            refused = exc  # the span limit; a bad line, if the scan finds one, says more
         worker.join()
         if "error" in box:
             raise LogLoadError(f"{p}: cannot read the log: {box['error']}") from box["error"]
         found: Scan = box["scan"]
         chosen = _plan(p, found, skip_bad)
+        if refused is not None and chosen.keep is None:
+            raise refused
         if inserted is not None and chosen.keep is None and _staged_as(con, found):
             _finish_insert(con, run, p, found.lines, chosen, inserted)
             inserted = None
@@ -211,7 +222,7 @@ def _load_rewritten(con: duckdb.DuckDBPyConnection, p: Path, run: str, found: Sc
             if not _staged_as(con, written):
                 raise LogLoadError(f"{p}: DuckDB read other events than the decoder "
                                    "(a bug in the audit's loader; please report it)")
-        inserted = _begin_insert(con, run)
+        inserted = _begin_insert(con, run, p)
         try:
             _finish_insert(con, run, p, found.lines, chosen, inserted)
         except BaseException:
@@ -265,7 +276,7 @@ def _load_parquet(con: duckdb.DuckDBPyConnection, p: Path, run: str, skip_bad: b
                    f"WHERE NOT list_contains({dropped!r}::BIGINT[], rowid + 1) ORDER BY rowid")
             con.execute(f"DROP TABLE {STAGING}")
             con.execute(f"ALTER TABLE {STAGING}_kept RENAME TO {STAGING}")
-        inserted = _begin_insert(con, run)
+        inserted = _begin_insert(con, run, p)
         try:
             _finish_insert(con, run, p, found.lines, chosen, inserted)
         except BaseException:
@@ -328,8 +339,23 @@ def _stage(con: duckdb.DuckDBPyConnection, table: str, source: str, *, one_threa
         con.execute(f"SET threads = {int(threads)}")
 
 
-def _begin_insert(con: duckdb.DuckDBPyConnection, run: str) -> int:
+def _check_span(con: duckdb.DuckDBPyConnection, p: Path) -> None:
+    """Refuse a log whose times the hourly views cannot cover (MAX_SPAN_S, MAX_ABS_AT)."""
+    row = con.execute(f'SELECT min("at"), max("at"), arg_min(rowid, "at"), arg_max(rowid, "at") '
+                      f"FROM {STAGING}").fetchone()
+    if row is None or row[0] is None:
+        return
+    lo, hi, lo_pos, hi_pos = row
+    if hi - lo > MAX_SPAN_S or max(abs(lo), abs(hi)) > MAX_ABS_AT:
+        raise LogLoadError(
+            f"{p}: its times run from at={lo} (event {lo_pos + 1}) to at={hi} (event {hi_pos + 1}); "
+            f"the audit covers logs spanning at most {MAX_SPAN_S // (366 * 86_400)} years "
+            f"with |at| <= 2**53")
+
+
+def _begin_insert(con: duckdb.DuckDBPyConnection, run: str, p: Path) -> int:
     """Replace run's events with the staged rows, in an open transaction; return the row count."""
+    _check_span(con, p)
     # The clock (running max of ``at``) is computed on two narrow columns (a
     # window over the wide staging rows costs 5x more). Only the rows where it
     # differs from ``at`` (late inputs, usually few) are kept, and joined back by
