@@ -219,4 +219,8 @@ def render(summaries: Mapping[str, Mapping[str, Any]]) -> Table:
     row("GPU-hours lost to preemption", lambda s: f"{s['lost_gpu_hours']:,.1f}")
     row("fragmentation (stranded / capacity)", lambda s: format_percent(s["fragmentation"]))
     row("fragmented share of free GPUs (old)", lambda s: format_percent(s["fragmentation_of_free"]))
+    empty = [escape(s["run"]) for s in runs if s.get("run") and not s.get("measured_seconds")]
+    if empty:
+        table.caption = (f"{', '.join(empty)}: the warm-up covers the whole log, so nothing is "
+                         "measured; --warmup-s SECONDS (summary(warmup_s=...)) sets a shorter one")
     return table

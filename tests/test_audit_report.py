@@ -195,7 +195,7 @@ VIEWS = ("accepted_events", "policy", "workloads", "runs", "run_slots", "gpu_hou
          "waits", "wait_percentiles", "preemptions", "host_faults", "fragmentation_by_hour",
          "occupancy_by_hour", "log_span", "hours", "budget_nodes", "teams", "lifecycle",
          "host_changes", "host_intervals", "cluster_hours", "team_demand_by_hour", "entitlement_changes",
-         "share_changes", "workload_events")
+         "share_changes", "workload_events", "warmup", "stranded_by_hour", "largest_gang_waits")
 
 
 def test_docs_describe_every_view_column() -> None:
@@ -210,7 +210,8 @@ def test_docs_describe_every_view_column() -> None:
             continue
         for (name, *_) in con.execute(f"DESCRIBE {view}").fetchall():
             assert name in documented, f"{view}.{name}"
-    for name in ("run", "seq", "t", "child_shares", "reserved_hosts"):
+    for name in ("run", "seq", "t", "child_shares", "reserved_hosts", "loaded_runs", "skipped_lines",
+                 "source", "cut_line", "allot_warmup_s"):
         assert name in documented
 
 
