@@ -179,13 +179,23 @@ def _load_json(con: duckdb.DuckDBPyConnection, p: Path, run: str, skip_bad: bool
         _drop_staging(con)
 
 
-def _plan(p: Path, found: Scan, skip_bad: bool) -> Plan:
+def _plan(p: Path, found: Scan, skip_bad: bool, *, storage_checked: bool = False) -> Plan:
     try:
         return plan(found, skip_bad)
     except BadLog as bad:
-        more = f" ({bad.count:,} bad lines in all)" if bad.count > 1 else ""
+        first, count = bad.first, bad.count
+        limit = first.line
+        if not storage_checked and p.suffix != ".parquet":
+            # The storage rule is otherwise only checked when DuckDB refuses the file:
+            # a line before the decoder's first bad one may break it, and is then the first.
+            with open(os.devnull, "wb") as sink:
+                problems, _ = _on_thread(lambda: write_lines(
+                    p, sink, lambda n: n < limit, canonical=True))
+            if problems:
+                first, count = problems[0], count + len(problems)
+        more = f" ({count:,} bad lines in all)" if count > 1 else ""
         raise LogLoadError(
-            f"{p}: line {bad.first.line} is not a valid event: {bad.first.reason}{more}; "
+            f"{p}: line {first.line} is not a valid event: {first.reason}{more}; "
             "nothing was loaded (--skip-bad loads the valid lines and records the others)"
         ) from None
 
@@ -209,10 +219,12 @@ def _load_rewritten(con: duckdb.DuckDBPyConnection, p: Path, run: str, found: Sc
             staged = _try_stage_json(con, copy) and _staged_as(con, found)
         if not staged:
             with open(copy, "wb") as out:
-                problems, written = write_lines(p, out, chosen.keep, canonical=True)
+                # On a fresh thread, as the scan decoded: the same decoder, the same stack.
+                problems, written = _on_thread(lambda: write_lines(p, out, chosen.keep, canonical=True))
             assert written is not None
             if problems:
-                chosen = _plan(p, found.with_problems(problems, written), skip_bad)
+                chosen = _plan(p, found.with_problems(problems, written), skip_bad,
+                               storage_checked=True)
             try:
                 _stage(con, STAGING, f"SELECT {select_list(None)} FROM {json_source(str(copy))}",
                        one_thread=True)
@@ -229,6 +241,24 @@ def _load_rewritten(con: duckdb.DuckDBPyConnection, p: Path, run: str, found: Sc
             con.execute("ROLLBACK")
             raise
     return LoadResult(run, str(p), inserted, found.lines, chosen.skipped, chosen.cut, True)
+
+
+def _on_thread(fn: Any) -> Any:
+    """fn() on a fresh thread; its result, or its exception raised here."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as exc:
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name="audit-rewrite", daemon=True)
+    worker.start()
+    worker.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
 
 
 def _try_stage_json(con: duckdb.DuckDBPyConnection, path: Path) -> bool:

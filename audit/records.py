@@ -202,8 +202,11 @@ def write_lines(src: str | Path, dst: IO[bytes], keep: Callable[[int], bool] | N
                 continue
             try:
                 event = decode(line)
-            except MalformedEvent:
-                continue  # a bad line that keep() let through cannot be; be safe
+            except Exception as exc:
+                # The scan took this line; decoding it again failed (until the decoder
+                # bounds nesting, RecursionError depends on the stack): a bad line.
+                problems.append(BadLine(n, f"the decoder failed: {type(exc).__name__}: {exc}"))
+                continue
             problem = storage_problem(event)
             if problem is not None:
                 problems.append(BadLine(n, problem))

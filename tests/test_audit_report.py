@@ -223,3 +223,25 @@ def test_a_log_spanning_no_time_has_empty_figures(tmp_path: Path) -> None:
     assert (s["sim_seconds"], s["occupancy"], s["fragmentation"], s["delivered_gpu_h"]) == (0, None, None, None)
     empty = {"total": None, "worst": None, "teams": 0, "teams_at_least_95": 0, "by_team": {}}
     assert s["owed_received"] == empty and s["owed_received_all_work"] == empty
+
+
+def test_one_duration_formatter_for_the_report_the_page_and_the_plots() -> None:
+    """The terminal report, the HTML page and the plots print a duration the same way
+    (before, the report said "90.0 min" where the page said "1.5 h")."""
+    from audit import html_report, plots
+    from audit.formatting import format_duration
+
+    assert plots.format_duration is format_duration
+    summary_like = {"run": "r", "scheduler": "allot", "events": 1, "sim_seconds": 5400,
+                    "wall_seconds": 95.0, "warmup_s": 0, "measured_seconds": 5400,
+                    "occupancy": None, "unallocated_share": None,
+                    "owed_received": {}, "owed_received_all_work": {}, "wait_s": {},
+                    "preemptions": {}, "lost_gpu_hours": 0.0, "fragmentation": None,
+                    "fragmentation_of_free": None, "largest_gang_wait_s": None,
+                    "largest_gang_wait_censored": False, "largest_gang_wait_started_s": None,
+                    "largest_gang": {"gpus": None, "workloads": 0, "started": 0}}
+    console = Console(width=120, record=True)
+    console.print(render({"r": summary_like}))
+    text = console.export_text()
+    assert "1.5 h" in text and "95 s" in text and "90.0 min" not in text
+    assert html_report.format_metric("sim_seconds", 5400) == format_duration(5400) == "1.5 h"
