@@ -243,5 +243,5 @@ def test_one_duration_formatter_for_the_report_the_page_and_the_plots() -> None:
     console = Console(width=120, record=True)
     console.print(render({"r": summary_like}))
     text = console.export_text()
-    assert "1.5 h" in text and "95 s" in text and "90.0 min" not in text
+    assert "1.5 h" in text and "1.6 min" in text and "90.0 min" not in text
     assert html_report.format_metric("sim_seconds", 5400) == format_duration(5400) == "1.5 h"
