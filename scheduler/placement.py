@@ -4,8 +4,11 @@ A workload of ``hosts`` x ``gpus_per_host`` needs that many distinct healthy
 hosts with that many free GPUs each: a single host for small work, a gang of
 hosts (all or nothing) for large work. Hosts are chosen least-free first
 (Kueue's LeastFreeCapacity), so small work fills partly used hosts and whole
-hosts stay free for gangs; a gang prefers hosts sharing one block, then one
-rack, when hosts carry those labels.
+hosts stay free for gangs. A gang goes to the smallest topology domain that
+holds it whole: one rack, else one block (racks sit inside blocks), else
+anywhere, and inside that domain to its least-free hosts (Kueue TAS's
+"BestFit" profile). Among domains of the same level that can hold it, the one
+left with the fewest free GPUs wins (the tightest fit).
 
 ``Capacity`` is the cycle's own copy of free GPUs: the cycle places and
 preempts against it and never touches the state.
@@ -16,10 +19,18 @@ from __future__ import annotations
 from bisect import insort
 from typing import TYPE_CHECKING
 
+from events.errors import AllotError
+
 if TYPE_CHECKING:
     from scheduler.state import State
 
 NEVER = 1 << 62  # "no reservation ends": larger than any event time
+# Racks sit inside blocks: a rack is the smaller domain, so it is tried first.
+RACK, BLOCK = 1, 0  # index into a host's (block, rack) labels
+
+
+class ReservationConflict(AllotError):
+    """A host was reserved for a second holder: reservations must be disjoint."""
 
 
 class Capacity:
@@ -65,9 +76,22 @@ class Capacity:
             self._move(host, gpus)
 
     def reserve(self, host: str, until: int, holder: str) -> None:
+        """Hold ``host`` for ``holder`` until ``until`` (other work only as backfill)."""
         current = self.reserved.get(host)
-        if current is None or until < current[0]:
-            self.reserved[host] = (until, holder)
+        if current is not None and current[1] != holder:
+            raise ReservationConflict(f"{host} is reserved for {current[1]}, not {holder}")
+        self.reserved[host] = (until, holder)
+
+    def release(self, host: str, holder: str) -> None:
+        """Drop ``holder``'s hold on ``host`` (it started, or its reservation is void)."""
+        current = self.reserved.get(host)
+        if current is not None and current[1] == holder:
+            del self.reserved[host]
+
+    def holder(self, host: str) -> str | None:
+        """Who holds ``host``, if anyone."""
+        r = self.reserved.get(host)
+        return None if r is None else r[1]
 
     # -- queries --------------------------------------------------------------------
 
@@ -109,22 +133,30 @@ def pack(
     free: dict[str, int],
     labels: dict[str, tuple[str | None, str | None]],
 ) -> list[str]:
-    """Pick ``n`` of ``eligible`` (sorted least-free first): one block, else one rack, else any.
+    """Pick ``n`` of ``eligible`` (sorted least-free first): one rack, else one block, else any.
 
-    Among groups that can hold the whole gang, the one left with the least free
-    GPUs after packing wins (the tightest fit), then the label name.
+    The smallest domain that holds the whole gang wins (a rack lies inside a
+    block). Among domains of that level that can hold it, the one left with the
+    least free GPUs after packing wins (the tightest fit), then the label name;
+    inside the domain the least-free hosts are taken.
     """
-    for level in (0, 1):  # 0: block, 1: rack
-        groups: dict[str, list[str]] = {}
+    for level in (RACK, BLOCK):
+        # A rack is named within its block (two blocks may both have an "r1").
+        groups: dict[tuple[str, str], list[str]] = {}
         for name in eligible:
-            label = labels[name][level]
+            block, rack = labels[name]
+            label = rack if level == RACK else block
             if label is not None:
-                groups.setdefault(label, []).append(name)
+                key = ((block or "") if level == RACK else "", label)
+                groups.setdefault(key, []).append(name)
+        # Tightest fit: the domain with the fewest free GPUs on hosts the gang
+        # could use (what is left after it is that minus a constant), then the
+        # fewest free on the hosts it takes, then the names.
         fitting = [
-            (sum(free[h] for h in members[:n]), label, members[:n])
-            for label, members in groups.items()
+            (sum(free[h] for h in members), sum(free[h] for h in members[:n]), key, members[:n])
+            for key, members in groups.items()
             if len(members) >= n
         ]
         if fitting:
-            return min(fitting)[2]
+            return min(fitting)[3]
     return eligible[:n]

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from scheduler.rules import less_used
+
 if TYPE_CHECKING:
     from scheduler.state import State
 
@@ -197,13 +199,27 @@ class Ranking:
             return False  # same leaf (or one contains the other): not a fair-share question
         x = a[i]
         y = b[i]
-        sx, sy = self.shares[x], self.shares[y]
-        if sx <= 0:
-            return False
-        if sy <= 0:
-            return True
-        # (use_x + c) / sx < use_y / sy, in integers
-        return (self.use[x] + commitment) * sy < self.use[y] * sx
+        return less_used(self.use[x], self.shares[x], self.use[y], self.shares[y], commitment)
+
+    def over_service_ranks(self) -> dict[str, int]:
+        """Each leaf's place by over-service, 0 = the most over-served (usage per entitlement).
+
+        The victim search's last tie-break: between equally costly victims, take
+        from the allocation furthest above what it is owed (Kueue's fair-sharing
+        preemption takes from the queue using the most). A leaf entitled to
+        nothing counts as the most over-served. Ties go by name.
+        """
+        tree = self.tree
+        use = self.use
+        keys = []
+        for leaf in self._paths:
+            if leaf in self.children:
+                continue
+            ent = tree.entitlement(leaf)
+            ratio = use.get(leaf, 0) / ent if ent > 0 else float("inf")
+            keys.append((-ratio, leaf))
+        keys.sort()
+        return {leaf: i for i, (_, leaf) in enumerate(keys)}
 
     # -- explanation -----------------------------------------------------------------
 
