@@ -49,19 +49,11 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from audit.replay import numbered
-    from scheduler import Engine
     from scheduler.explain import UnknownWorkload, explain
+    from scheduler.replay import fold_log, numbered
 
-    engine: Engine | None = None
-    for _, e in numbered(args.log):
-        if args.at is not None and e.at > args.at:
-            break
-        if engine is None:
-            engine = Engine(e.cluster)
-        if e.cluster == engine.state.cluster:
-            engine.fold(e)
-    if engine is None:
+    engine = fold_log((e for _, e in numbered(args.log)), until=args.at)
+    if engine.state.position == 0:
         raise CliError(f"{args.log}: the log is empty")
     try:
         exp = explain(engine.state, args.workload)
@@ -87,7 +79,7 @@ def _explain(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     import time
 
-    from audit.replay import replay_file
+    from scheduler.replay import verify_file as replay_file
 
     if not args.log.exists():
         raise CliError(f"{args.log}: no such file")
@@ -118,7 +110,7 @@ def _schema(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     """Simulate the demo scenario under both policies, explain a few decisions, replay-check."""
-    from audit.replay import replay_file
+    from scheduler.replay import verify_file as replay_file
     from simulator.run import run_scenario
 
     con = Console()

@@ -21,9 +21,8 @@ import statistics
 import time
 from pathlib import Path
 
-from audit.replay import replay
 from benchmarks.common import machine
-from scheduler import Engine
+from scheduler.replay import fold_log, verify_log
 from simulator.driver import Simulation, load_sources
 from simulator.scenario import load_scenario
 
@@ -59,14 +58,12 @@ def main(argv: list[str] | None = None) -> None:
 
     def fold() -> float:
         t0 = time.perf_counter()
-        e = Engine(log[0].cluster)
-        for ev in log:
-            e.fold(ev)
+        fold_log(log)
         return time.perf_counter() - t0
 
     fold_s = statistics.median(fold() for _ in range(args.repeat))
     t0 = time.perf_counter()
-    result = replay(enumerate(log, 1))
+    result = verify_log(enumerate(log, 1))
     verify_s = time.perf_counter() - t0
     assert result.ok, result.divergence
     print(f"replay, fold only      : {len(log) / fold_s:,.0f} events/s (median of {args.repeat}; "

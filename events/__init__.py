@@ -22,6 +22,8 @@ from events.policy import DAY_S, HOUR_S, PolicyConfigured
 from events.rejection import InputReason, InputRejected
 from events.union import (
     ALL_TYPES,
+    DECISION_TAGS,
+    DECISION_TYPES,
     DERIVED_TAGS,
     DERIVED_TYPES,
     INPUT_TAGS,
@@ -44,7 +46,7 @@ from events.workload import (
 )
 
 __all__ = [
-    "ALL_TYPES", "DAY_S", "DERIVED_TAGS", "DERIVED_TYPES", "HOUR_S", "INPUT_TAGS", "INPUT_TYPES",
+    "ALL_TYPES", "DAY_S", "DECISION_TAGS", "DECISION_TYPES", "DERIVED_TAGS", "DERIVED_TYPES", "HOUR_S", "INPUT_TAGS", "INPUT_TYPES",
     "SCHEMA_VERSION", "TAGS", "AnyEvent", "BudgetEditReason", "BudgetEditRejected",
     "BudgetNodeDefined", "BudgetSharesSet", "ChildShare", "ClockTicked", "Event", "HostAdded",
     "HostDrained", "HostFaulted", "HostRemoved", "HostRepaired", "InputReason", "InputRejected",

@@ -43,3 +43,4 @@ class BudgetEditReason:
     BAD_PATH = "bad_path"
     BAD_SHARES = "bad_shares"
     PARENT_HAS_WORKLOADS = "parent_has_workloads"
+    FUTURE_TIME = "future_time"

@@ -73,5 +73,5 @@ class Inputs:
                actor: str = "executor") -> WorkloadFinished:
         return WorkloadFinished(**self._env(at, actor), workload=workload, outcome=outcome)  # type: ignore[arg-type]
 
-    def tick(self, at: int, actor: str = "ticker") -> ClockTicked:
-        return ClockTicked(**self._env(at, actor))
+    def tick(self, at: int, actor: str = "ticker", cycle: bool = True) -> ClockTicked:
+        return ClockTicked(**self._env(at, actor), cycle=cycle)

@@ -46,3 +46,8 @@ class PolicyConfigured(Event, kw_only=True, tag="policy.configured"):
     fair_share_period_s: int = 300
     # Event ids are remembered this long for deduplication.
     dedupe_window_s: int = DAY_S
+    # How far ahead of the trusted clock an input's ``at`` may be. The live
+    # clock ticks once a second and producers' clocks drift, so a little
+    # slack; more would let a producer pull time forward (protections end at
+    # now), so anything later is rejected as ``future_time``.
+    clock_skew_s: int = 30

@@ -1,8 +1,11 @@
 """Generic rejection of an input the scheduler cannot act on.
 
 Submissions and budget edits have their own rejection events; everything else
-(a cancel of an unknown workload, a fault on an unknown host, a decision-type
-event published from outside) is answered with ``input.rejected``.
+(a cancel of an unknown workload, a fault on an unknown host, an input from the
+future) is answered with ``input.rejected``. Records that may not enter the
+journal at all (a decision type sent as input, a ``cause``, a bad id, another
+cluster) are not answered here: they are refused before the journal
+(``scheduler.admission``) and the live worker dead-letters them.
 """
 
 from __future__ import annotations
@@ -20,8 +23,6 @@ class InputRejected(Event, kw_only=True, tag="input.rejected"):
 class InputReason:
     """Stable reason codes for ``input.rejected``."""
 
-    NOT_AN_INPUT = "not_an_input"
-    WRONG_CLUSTER = "wrong_cluster"
     UNKNOWN_WORKLOAD = "unknown_workload"
     NOT_RUNNING = "not_running"
     ALREADY_ENDED = "already_ended"
@@ -32,3 +33,5 @@ class InputReason:
     BAD_HOST = "bad_host"
     HOST_HEALTHY = "host_healthy"
     BAD_POLICY = "bad_policy"
+    TOO_MANY_HOSTS = "too_many_hosts"
+    FUTURE_TIME = "future_time"

@@ -1,13 +1,17 @@
 """The tagged union of every event type, and which of them are inputs.
 
 Inputs are facts and requests from outside (producers, host monitors, managers,
-the executor, the ticker). Derived events are the scheduler's answers; they
-always carry ``cause`` and are re-derived, not trusted, on replay.
+the executor, the ticker). Decisions (derived events) are the scheduler's
+answers: only the engine writes them, each right after the input that caused
+it, with ``cause`` = that input's id and id ``<cause>/<n>``. In a journal that
+position is what makes a record a decision; an input can never pass for one,
+because inputs of decision types, inputs carrying ``cause`` and input ids
+containing ``/`` are refused before they reach the journal.
 """
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Union, get_args
 
 from events.budget import BudgetEditRejected, BudgetNodeDefined, BudgetSharesSet
 from events.clock import ClockTicked
@@ -24,33 +28,10 @@ from events.workload import (
     WorkloadSubmitted,
 )
 
-INPUT_TYPES: tuple[type, ...] = (
-    PolicyConfigured,
-    BudgetNodeDefined,
-    BudgetSharesSet,
-    HostAdded,
-    HostRemoved,
-    HostFaulted,
-    HostRepaired,
-    WorkloadSubmitted,
-    WorkloadCancelled,
-    WorkloadFinished,
-    ClockTicked,
-)
-
-DERIVED_TYPES: tuple[type, ...] = (
-    WorkloadStarted,
-    WorkloadReserved,
-    WorkloadPreempted,
-    WorkloadRejected,
-    HostDrained,
-    BudgetEditRejected,
-    InputRejected,
-)
-
-ALL_TYPES: tuple[type, ...] = INPUT_TYPES + DERIVED_TYPES
-
-# Written out (not built from ALL_TYPES) so type checkers see the union.
+# The one list of event types: the union below. Everything else (the inputs,
+# the decisions, the tags, the fold and validation tables in scheduler/) is
+# derived from it, and a test checks that every table covers every type.
+# Written out (not built at run time) so type checkers and the schema see it.
 AnyEvent = Union[  # noqa: UP007 - a named alias reads better in schemas and errors
     PolicyConfigured,
     BudgetNodeDefined,
@@ -72,6 +53,22 @@ AnyEvent = Union[  # noqa: UP007 - a named alias reads better in schemas and err
     InputRejected,
 ]
 
+ALL_TYPES: tuple[type, ...] = get_args(AnyEvent)
+
+# Which of them only the scheduler writes. An input of one of these types is
+# refused at the journal's door (``not_an_input``), whatever it claims.
+DECISION_TYPES: tuple[type, ...] = (
+    WorkloadStarted,
+    WorkloadReserved,
+    WorkloadPreempted,
+    WorkloadRejected,
+    HostDrained,
+    BudgetEditRejected,
+    InputRejected,
+)
+DERIVED_TYPES = DECISION_TYPES  # the older name, kept for callers
+INPUT_TYPES: tuple[type, ...] = tuple(t for t in ALL_TYPES if t not in DECISION_TYPES)
+
 
 def tag_of(cls: type) -> str:
     """The stable wire tag of an event class."""
@@ -81,3 +78,4 @@ def tag_of(cls: type) -> str:
 TAGS: dict[str, type] = {tag_of(c): c for c in ALL_TYPES}
 INPUT_TAGS: frozenset[str] = frozenset(tag_of(c) for c in INPUT_TYPES)
 DERIVED_TAGS: frozenset[str] = frozenset(tag_of(c) for c in DERIVED_TYPES)
+DECISION_TAGS = DERIVED_TAGS

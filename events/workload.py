@@ -129,3 +129,4 @@ class RejectReason:
     UNKNOWN_BUDGET = "unknown_budget"
     NOT_A_LEAF = "not_a_leaf"
     DUPLICATE_WORKLOAD = "duplicate_workload"
+    FUTURE_TIME = "future_time"

@@ -1,16 +1,34 @@
-"""The engine: fold an input, react to it, fold the reaction. Every driver runs this.
+"""The engine: admit an input, validate it, fold it, react, fold the reaction. Every driver runs this.
 
-The live Faust processor, the simulator and the audit replay all call
-``Engine.process`` with inputs in log order, so the same log always yields the
-same state and the same decisions.
+The live worker, the simulator and the replay all call ``Engine.process`` with
+inputs in journal order, so the same journal always yields the same state and
+the same decisions. One input goes through five steps:
+
+1. **Admit** (``scheduler.admission``): an input that may not enter the journal
+   at all (a decision type, a ``cause``, a bad id, another cluster, a value no
+   record can hold) raises ``InputRefused``; nothing changes.
+2. **Dedupe**: an id already recorded within the dedupe window returns None.
+3. **Validate** (``scheduler.validation``) against the state.
+4. **Record and fold**: the input takes its place in the journal; it is folded
+   only if valid.
+5. **React** (``scheduler.react``): rejections, drains, cycles; each derived
+   event is folded as a fact.
+
+``fold_input`` is steps 1-4 without 5, which is how a journal is folded
+(``scheduler.replay``): the recorded decisions are folded instead of
+re-derived.
 """
 
 from __future__ import annotations
 
 from events import ClockTicked, Event
+from scheduler.admission import InputRefused, refusal
 from scheduler.ranking import fair_share_time
 from scheduler.react import react
-from scheduler.state import DUPLICATE, State
+from scheduler.snapshot import restore_state, snapshot_state
+from scheduler.state import State
+from scheduler.validation import validate
+from scheduler.verdict import Verdict
 
 NEVER = 1 << 62
 
@@ -25,7 +43,8 @@ class Engine:
     and fair share, which is evaluated at a period boundary (so the memo lapses
     at the next period). Inside those bounds the cycle would decide nothing
     again, and is skipped. ``memo=False`` turns this off; tests check that the
-    log is the same either way.
+    log is the same either way. The memo is not state: snapshots leave it out,
+    and a restored engine simply runs its first cycle.
     """
 
     __slots__ = ("_idle", "memo", "state")
@@ -36,28 +55,59 @@ class Engine:
         # (state version, fair-share instant, next protection end) of the last empty cycle
         self._idle: tuple[int, int, int] | None = None
 
+    def admit(self, event: Event) -> None:
+        """Raise ``InputRefused`` when ``event`` may not enter this cluster's journal."""
+        problem = refusal(self.state.cluster, event)
+        if problem is not None:
+            raise InputRefused(*problem)
+
+    def fold_input(self, event: Event) -> Verdict | bool:
+        """Steps 1-4: admit, dedupe, validate, record and (if valid) fold; no reaction.
+
+        Returns False for a duplicate id, else the validation verdict (None: folded).
+        """
+        self.admit(event)
+        state = self.state
+        if state.has_seen(event.id):
+            return False
+        verdict = validate(state, event)
+        state.record(event)
+        if verdict is None:
+            state.fold(event)
+        return verdict
+
     def process(self, event: Event) -> list[Event] | None:
         """Handle one input. Return the derived events, or None for a duplicate id.
 
-        The caller journals ``event`` followed by the returned events (unless None).
+        Raises ``InputRefused`` for an input that may not be journaled at all.
+        Otherwise the caller journals ``event`` followed by the returned events
+        (unless None), in order.
         """
-        state = self.state
-        verdict = state.apply(event, trusted=False)
-        if verdict is DUPLICATE:
+        verdict = self.fold_input(event)
+        if verdict is False:
             return None
-        if type(event) is ClockTicked and verdict is None and self.memo:
+        state = self.state
+        if type(event) is ClockTicked and verdict is None and self.memo and event.cycle:
             idle = self._idle
             fs = fair_share_time(state)
             if idle is not None and idle[0] == state.version and idle[1] == fs \
                     and state.now < idle[2]:
                 return []
-            derived = react(state, event, verdict)
+            derived = react(state, event, verdict)  # type: ignore[arg-type]
             self._idle = None if derived else (state.version, fs, self._next_expiry())
         else:
-            derived = react(state, event, verdict)
+            derived = react(state, event, verdict)  # type: ignore[arg-type]
         for d in derived:
-            state.apply(d, trusted=True)
+            state.apply(d)
         return derived
+
+    def fold_decision(self, event: Event) -> bool:
+        """Fold a recorded decision as a fact; False when its id was already folded."""
+        state = self.state
+        if state.has_seen(event.id):
+            return False
+        state.apply(event)
+        return True
 
     def _next_expiry(self) -> int:
         now = self.state.now
@@ -71,6 +121,20 @@ class Engine:
                 nxt = until
         return nxt
 
-    def fold(self, event: Event) -> None:
-        """Apply a recorded event (input or decision) without reacting: plain replay."""
-        self.state.apply(event)
+    # -- snapshots ------------------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        """The whole state as versioned bytes (see ``scheduler.snapshot``)."""
+        return snapshot_state(self.state)
+
+    @classmethod
+    def restore(cls, data: bytes, memo: bool = True) -> Engine:
+        """An engine whose state is the one ``snapshot`` wrote."""
+        engine = cls.__new__(cls)
+        engine.state = restore_state(data)
+        engine.memo = memo
+        engine._idle = None
+        return engine
+
+
+__all__ = ["Engine", "InputRefused"]

@@ -40,6 +40,8 @@ def react(state: State, event: Event, verdict: Verdict) -> list[Event]:
     if verdict is not None:  # Ignore: duplicates and harmless repeats
         return []
     if isinstance(event, ClockTicked):
+        if not event.cycle:  # the clock moved; the cycle comes with the next tick
+            return []
         return POLICIES[state.policy.scheduler](state, event.id)
     if isinstance(event, HostFaulted) and event.severity == "failed":
         # Protection does not survive a failed host: end its work now, not at the next tick.

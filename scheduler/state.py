@@ -1,10 +1,16 @@
-"""The scheduler's state: every projection, folded by one ``apply`` used live and on replay.
+"""The scheduler's state: every projection of one cluster, changed only by folding facts.
 
-``State.apply(event)`` is the only way state changes. For inputs it first asks
-validation for a verdict and folds only valid inputs, so folding a recorded log
-(without running decide) reaches exactly the state the live scheduler had. It
-tracks its position in the log and the ids it has seen, so an event delivered
-twice (at-least-once transport) changes nothing the second time.
+A *fact* is a decision of the scheduler or an input that validation accepted.
+``State.apply(event)`` folds one fact; ``State.record(event)`` notes that an
+event took its place in the journal (position, dedupe) without folding it,
+which is what happens to a rejected input. Deciding whether an input is a fact
+is not the state's business: the engine validates (``scheduler.validation``),
+then records and folds. So live processing and a fold of the journal
+(``scheduler.replay``) make the same two calls in the same order and reach the
+same state.
+
+Time: ``now`` is the trusted clock. Only ``clock.ticked`` moves it (forward
+only); every other event takes effect at ``now``, whatever its ``at`` says.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from collections import deque
 import msgspec
 
 from events import (
+    ALL_TYPES,
     BudgetEditRejected,
     BudgetNodeDefined,
     BudgetSharesSet,
@@ -43,8 +50,8 @@ from projections import (
     WorkloadsProjection,
 )
 from projections.workloads import CANCELLED, PENDING, PREEMPTED
-from scheduler.validation import shape_of, validate
-from scheduler.verdict import Ignore, Reject, Verdict
+from scheduler.shape import shape_of
+from scheduler.verdict import Ignore, Reject
 
 DEFAULT_POLICY = PolicyConfigured(id="default-policy", at=0, actor="allot", source="allot")
 # The verdict on an event id folded before: at-least-once delivery makes these normal.
@@ -94,50 +101,44 @@ class State:
             WorkloadStarted: self._started,
             WorkloadPreempted: self._preempted,
             WorkloadReserved: self._reserved,
-            ClockTicked: _noop,
+            ClockTicked: self._ticked,
             WorkloadRejected: _noop,
             BudgetEditRejected: _noop,
             InputRejected: _noop,
         }
 
-    # -- dedupe -----------------------------------------------------------------
+    # -- journal position and dedupe ---------------------------------------------------
 
-    def _remember(self, event: Event) -> None:
+    def has_seen(self, event_id: str) -> bool:
+        """True when ``event_id`` was recorded within the dedupe window."""
+        return event_id in self._seen
+
+    def record(self, event: Event) -> None:
+        """``event`` took its place in the journal: count it and remember its id.
+
+        Ids are remembered by the trusted time they were seen at (never the
+        producer's ``at``), for the policy's ``dedupe_window_s``.
+        """
+        self.position += 1
+        self.last_id = event.id
         self._seen.add(event.id)
         order = self._seen_order
-        order.append((event.at, event.id))
+        order.append((self.now, event.id))
         horizon = self.now - self.policy.dedupe_window_s
         while order[0][0] < horizon:
             self._seen.discard(order.popleft()[1])
 
-    # -- fold -------------------------------------------------------------------
-
-    def apply(self, event: Event, trusted: bool | None = None) -> Verdict:
-        """Fold one event; return the verdict on it when it is an input.
-
-        ``trusted`` events are the scheduler's own decisions and are folded as
-        facts; everything else is an input, validated first (an invalid input is
-        recorded as seen but changes nothing else). By default an event is trusted
-        when it carries a ``cause``, which is how a recorded journal reads; the
-        engine passes ``trusted=False`` for what arrives from outside, whatever it
-        claims to be.
-        """
-        if event.id in self._seen:
-            return DUPLICATE
-        if event.at > self.now:
-            self.now = event.at
-        self.position += 1
-        self.last_id = event.id
-        self._remember(event)
-        if not (event.cause is not None if trusted is None else trusted):
-            verdict = validate(self, event)
-            if verdict is not None:
-                return verdict
+    def fold(self, event: Event) -> None:
+        """Fold a fact already recorded: a decision, or an input validation accepted."""
         kind = type(event)
         self._fold[kind](event)
         if kind is not ClockTicked:
             self.version += 1
-        return None
+
+    def apply(self, event: Event) -> None:
+        """Record and fold a fact (a decision, or an input already found valid)."""
+        self.record(event)
+        self.fold(event)
 
     # -- helpers for validation ---------------------------------------------------
 
@@ -145,6 +146,10 @@ class State:
         return self.workloads.leaf_has_work(leaf)
 
     # -- per-type folds -------------------------------------------------------------
+
+    def _ticked(self, e: ClockTicked) -> None:
+        if e.at > self.now:
+            self.now = e.at
 
     def _policy(self, e: PolicyConfigured) -> None:
         self.policy = e
@@ -247,5 +252,14 @@ class State:
 def _noop(event: Event) -> None:
     return None
 
+
+def _check_fold_table() -> None:
+    """Every event type has a fold: fail at import, not at the first event of a new type."""
+    missing = [t.__name__ for t in ALL_TYPES if t not in State("check")._fold]
+    if missing:  # pragma: no cover - a programming error, caught by the first import
+        raise TypeError(f"State has no fold for {', '.join(missing)}")
+
+
+_check_fold_table()
 
 __all__ = ["DEFAULT_POLICY", "DUPLICATE", "Ignore", "Reject", "State"]

@@ -1,8 +1,10 @@
 """Validation of inputs against the current state: clear reasons, never exceptions.
 
-The same function gates the fold (an invalid input changes nothing, live or on
-replay) and feeds the rejection events, so the reason a producer sees is the
-exact rule that refused its input.
+An input that passed admission (``scheduler.admission``: it may enter the
+journal at all) is checked here against the state. The same function gates the
+fold (an invalid input is journaled but changes nothing, live or on replay) and
+feeds the rejection events, so the reason a producer sees is the exact rule
+that refused its input. It reads the state and never changes it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import re
 from typing import TYPE_CHECKING
 
 from events import (
-    DERIVED_TYPES,
+    INPUT_TYPES,
     BudgetEditReason,
     BudgetNodeDefined,
     BudgetSharesSet,
@@ -28,53 +30,32 @@ from events import (
     WorkloadFinished,
     WorkloadSubmitted,
 )
+from events.limits import MAX_GPUS_PER_HOST, MAX_HOSTS_PER_CLUSTER, MAX_SHARES
 from projections.budget_tree import parent_of
 from projections.cluster import OK
 from projections.workloads import ENDED, PENDING, RUNNING
+from scheduler.shape import shape_of
 from scheduler.verdict import Ignore, Reject, Verdict
 
 if TYPE_CHECKING:
     from scheduler.state import State
 
-_SEGMENT = re.compile(r"^[A-Za-z0-9_.\-]+$")
-
-
-def shape_of(e: WorkloadSubmitted) -> tuple[int, int] | str:
-    """``(hosts, gpus_per_host)`` of a submission, or why the shape is malformed."""
-    if e.gpus < 1:
-        return f"gpus must be >= 1, got {e.gpus}"
-    if e.hosts < 1:
-        return f"hosts must be >= 1, got {e.hosts}"
-    per = e.gpus_per_host
-    if per is None:
-        if e.gpus % e.hosts:
-            return f"{e.gpus} GPUs do not split evenly over {e.hosts} hosts"
-        per = e.gpus // e.hosts
-    if per < 1:
-        return f"gpus_per_host must be >= 1, got {per}"
-    if per * e.hosts != e.gpus:
-        return f"{e.hosts} hosts x {per} GPUs is {e.hosts * per}, not gpus={e.gpus}"
-    return e.hosts, per
+# One budget path segment. ``fullmatch`` (a ``$`` would accept a trailing
+# newline); "." and ".." are refused separately: they read as relative paths.
+_SEGMENT = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+_MAX_PATH_CHARS = 1024
 
 
 def validate(state: State, e: Event) -> Verdict:
-    """The verdict on input ``e`` in ``state``."""
-    if e.cluster != state.cluster:
-        return Reject("input", InputReason.WRONG_CLUSTER,
-                      f"event for cluster {e.cluster!r} sent to {state.cluster!r}")
-    if e.cause is not None:
-        return Reject("input", InputReason.NOT_AN_INPUT,
-                      f"inputs carry no cause (got cause={e.cause!r}); "
-                      f"only the scheduler derives events")
+    """The verdict on admitted input ``e`` in ``state`` (None: fold it)."""
     kind = type(e)
-    check = _CHECKS.get(kind)
-    if check is None:
-        if kind in DERIVED_TYPES:
-            tag = kind.__struct_config__.tag
-            return Reject("input", InputReason.NOT_AN_INPUT,
-                          f"{tag} is decided by the scheduler and cannot be published as input")
-        return None
-    return check(state, e)
+    if kind is not ClockTicked and e.at > state.now + state.policy.clock_skew_s:
+        # The trusted clock moves time, not producers: an input from the future
+        # would otherwise pull now forward when it is folded at a later tick.
+        return Reject(_REJECTION_KIND.get(kind, "input"), InputReason.FUTURE_TIME,
+                      f"at={e.at} is more than clock_skew_s={state.policy.clock_skew_s} s "
+                      f"after the scheduler's clock ({state.now})")
+    return _CHECKS[kind](state, e)
 
 
 def _policy(state, e: PolicyConfigured) -> Verdict:
@@ -87,7 +68,8 @@ def _policy(state, e: PolicyConfigured) -> Verdict:
     for name in positive:
         if getattr(e, name) < 1:
             return Reject("input", InputReason.BAD_POLICY, f"{name} must be >= 1")
-    if e.min_runtime_cap_s < 0 or e.reservations < 0 or e.team_depth < 0 or e.dedupe_window_s < 0:
+    if e.min_runtime_cap_s < 0 or e.reservations < 0 or e.team_depth < 0 \
+            or e.dedupe_window_s < 0 or e.clock_skew_s < 0:
         return Reject("input", InputReason.BAD_POLICY, "negative knob")
     if e.window_s < e.bucket_s:
         return Reject("input", InputReason.BAD_POLICY, "window_s must be >= bucket_s")
@@ -99,19 +81,25 @@ def _policy(state, e: PolicyConfigured) -> Verdict:
     return None
 
 
+def valid_segment(name: str) -> bool:
+    """One path segment: letters, digits, ``_ . -``; not ``.`` or ``..``."""
+    return _SEGMENT.fullmatch(name) is not None and name not in (".", "..")
+
+
 def _valid_path(path: str) -> bool:
-    return bool(path) and all(_SEGMENT.match(s) for s in path.split("/"))
+    return 0 < len(path) <= _MAX_PATH_CHARS and all(valid_segment(s) for s in path.split("/"))
 
 
 def _node_defined(state, e: BudgetNodeDefined) -> Verdict:
     tree = state.budget
     if not _valid_path(e.path):
         return Reject("budget", BudgetEditReason.BAD_PATH,
-                      f"{e.path!r}: segments must match [A-Za-z0-9_.-]+")
+                      f"{e.path!r}: segments must match [A-Za-z0-9_.-]{{1,128}} and not be "
+                      f"'.' or '..'")
     if e.path in tree:
         return Reject("budget", BudgetEditReason.ALREADY_DEFINED, f"{e.path!r} exists")
-    if e.shares < 0:
-        return Reject("budget", BudgetEditReason.BAD_SHARES, "shares must be >= 0")
+    if not 0 <= e.shares <= MAX_SHARES:
+        return Reject("budget", BudgetEditReason.BAD_SHARES, f"shares must be 0 to {MAX_SHARES}")
     parent = parent_of(e.path)
     if parent is None:
         if tree.root is not None:
@@ -139,20 +127,30 @@ def _shares_set(state, e: BudgetSharesSet) -> Verdict:
     if not e.shares:
         return Reject("budget", BudgetEditReason.BAD_SHARES, "no shares given")
     for cs in e.shares:
+        if not valid_segment(cs.child):
+            # A child is one segment: "llm/alice" would edit a grandchild of parent.
+            return Reject("budget", BudgetEditReason.BAD_PATH,
+                          f"child {cs.child!r} must be one path segment")
         if f"{e.parent}/{cs.child}" not in tree:
             return Reject("budget", BudgetEditReason.UNKNOWN_NODE,
                           f"{e.parent}/{cs.child} is not defined")
-        if cs.shares < 0:
+        if not 0 <= cs.shares <= MAX_SHARES:
             return Reject("budget", BudgetEditReason.BAD_SHARES,
-                          f"{cs.child}: shares must be >= 0")
+                          f"{cs.child}: shares must be 0 to {MAX_SHARES}")
     return None
 
 
 def _host_added(state, e: HostAdded) -> Verdict:
-    if e.host in state.cluster_state.hosts:
+    hosts = state.cluster_state.hosts
+    if e.host in hosts:
         return Reject("input", InputReason.HOST_EXISTS, f"host {e.host!r} exists")
-    if e.gpus < 1 or not e.host:
-        return Reject("input", InputReason.BAD_HOST, "a host needs a name and >= 1 GPU")
+    if not e.host or not 1 <= e.gpus <= MAX_GPUS_PER_HOST:
+        return Reject("input", InputReason.BAD_HOST,
+                      f"a host needs a name and 1 to {MAX_GPUS_PER_HOST} GPUs")
+    if len(hosts) >= MAX_HOSTS_PER_CLUSTER:
+        return Reject("input", InputReason.TOO_MANY_HOSTS,
+                      f"the cluster already has {len(hosts)} hosts (at most "
+                      f"{MAX_HOSTS_PER_CLUSTER})")
     return None
 
 
@@ -255,6 +253,13 @@ def _tick(state, e: ClockTicked) -> Verdict:
     return None
 
 
+# Submissions and budget edits have their own rejection events.
+_REJECTION_KIND: dict[type, str] = {
+    WorkloadSubmitted: "workload",
+    BudgetNodeDefined: "budget",
+    BudgetSharesSet: "budget",
+}
+
 _CHECKS = {
     PolicyConfigured: _policy,
     BudgetNodeDefined: _node_defined,
@@ -269,4 +274,13 @@ _CHECKS = {
     ClockTicked: _tick,
 }
 
-__all__ = ["PENDING", "shape_of", "validate"]
+def _check_table() -> None:
+    """Every input type has a check: fail at import, never accept a new type unchecked."""
+    missing = [t.__name__ for t in INPUT_TYPES if t not in _CHECKS]
+    if missing:  # pragma: no cover - a programming error, caught by the first import
+        raise TypeError(f"validation has no check for {', '.join(missing)}")
+
+
+_check_table()
+
+__all__ = ["PENDING", "shape_of", "valid_segment", "validate"]

@@ -6,9 +6,12 @@ it still needs; a resumable one keeps its progress across preemptions), the
 impatient user (a workload not started within its patience is cancelled), the
 host monitors (seeded faults; repairs after a host drained) and the ticker.
 It jumps from one schedulable moment to the next: a moment is any time with an
-input, a protection ending, or the periodic tick. Every input and every
-decision goes into one log, in order, exactly as the live journal would hold
-them, so the log replays bit for bit.
+input, a protection ending, or the periodic tick. The driver is the trusted
+clock: at a moment with inputs it first moves the clock (``clock.ticked`` with
+``cycle=false``) so they take effect at that moment, and after them runs one
+cycle (a normal tick), which sees everything that happened at it. Every input
+and every decision goes into one log, in order, exactly as the live journal
+would hold them, so the log replays bit for bit.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 import msgspec
 
 from events import (
+    ClockTicked,
     Event,
     HostDrained,
     PolicyConfigured,
@@ -172,7 +176,8 @@ class Simulation:
                     n = run_no.get(wid, 0) + 1
                     run_no[wid] = n
                     push(t + remaining[wid], FINISH, (wid, n))
-                    pu = d.protected_until
+                    # protected_until is event time; the heap counts from the epoch.
+                    pu = None if d.protected_until is None else d.protected_until - epoch
                     if pu is not None and pu > t and pu not in ticks_at:
                         ticks_at.add(pu)
                         push(pu, TICK, None)
@@ -192,7 +197,16 @@ class Simulation:
                 elif d.__struct_config__.tag == "workload.rejected":
                     wanted -= specs[d.workload].gpus if d.workload in specs else 0
 
+        def advance(at: int) -> None:
+            """Move the trusted clock to ``at`` before the inputs of a new moment."""
+            if at > state.now:
+                e = mk.tick(at, cycle=False)
+                process(e)
+                append(e)
+
         def feed(e: Event, t: int) -> None:
+            if type(e) is not ClockTicked:  # a tick moves the clock itself
+                advance(e.at)
             out = process(e)
             if out is None:
                 return
@@ -202,6 +216,7 @@ class Simulation:
                 handle(out, t)
 
         for e in self.setup_events(mk):
+            advance(e.at)
             out = process(e)
             if out:  # the setup of a scenario is never refused: a refusal is a scenario error
                 raise ScenarioError(f"{sc.name}: the scheduler refused {type(e).__struct_config__.tag}"

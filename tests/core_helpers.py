@@ -108,8 +108,14 @@ class Sim:
         return out
 
     def at(self, t: int) -> Sim:
-        """Move the time new inputs are stamped with (never backwards)."""
+        """Move the trusted clock to ``t`` without a cycle (never backwards).
+
+        Only ticks move the scheduler's clock, so this feeds a ``clock.ticked``
+        with ``cycle=false``; inputs that follow are stamped ``t``.
+        """
         assert t >= self.now
+        if t > self.state.now:
+            self.feed(self.I.tick(t, cycle=False))
         self.now = t
         return self
 

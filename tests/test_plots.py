@@ -481,8 +481,10 @@ def _engine_log(path: Path) -> None:
         feed(inputs.host(f"h{h}"))
     feed(inputs.submit("free", "lab/b", 16, 0, at=0, kind="eval", hosts=2, gpus_per_host=8))
     feed(inputs.tick(0))
+    feed(inputs.tick(60, cycle=False))  # only ticks move the scheduler's clock
     feed(inputs.submit("dbg", "lab/a", 2, 600, at=60, kind="debug"))
     feed(inputs.tick(60))
+    feed(inputs.tick(700, cycle=False))
     feed(inputs.finish("dbg", at=700))
     feed(inputs.tick(700))
     feed(inputs.tick(2 * H))

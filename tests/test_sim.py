@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from audit.replay import replay, replay_file
 from events import decode, encode_lines
+from scheduler.replay import verify_file as replay_file
+from scheduler.replay import verify_log as replay
 from simulator.driver import Simulation
 from simulator.scenario import ScenarioError, load_scenario
 from tests.sim_helpers import GOLDEN, log_bytes, simulate
