@@ -222,6 +222,8 @@ class Cycle:
                 _, shape, i, w = best
                 key = (leaf, shape)
                 cursor[key] = i + 1
+                if w.id in self.started:  # a due holder, served in step 4
+                    continue
                 if self.try_allocated(w):
                     started = w
                     break
