@@ -443,33 +443,63 @@ class Cycle:
         # Shapes that did not fit, with every waiting shape at least as large in
         # both dimensions: they will not fit either. Once every shape is ruled out, stop.
         ruled: set[Shape] = set()
+        now = self.now
         for leaf in self.ranking.iter_leaves():
             queues = by_shape.get(leaf)
             if not queues:
                 continue
-            cursor = dict.fromkeys(queues, 0)
-            while True:
-                best: tuple[tuple[int, int, int, str], Shape] | None = None
-                for shape, queue in queues.items():
-                    i = cursor[shape]
-                    if shape not in ruled and i < len(queue) \
-                            and (best is None or queue[i][0] < best[0]):
-                        best = (queue[i][0], shape)
-                if best is None:
-                    break
-                shape = best[1]
-                w = queues[shape][cursor[shape]][1]
-                hosts = cap.choose(shape[0], shape[1], self.now)
-                if hosts is None:
-                    ruled.update(s for s in shapes if s[0] >= shape[0] and s[1] >= shape[1])
-                    ruled.add(shape)
-                    if len(ruled) >= len(shapes) and ruled.issuperset(shapes):
+            live = [shape for shape in queues if shape not in ruled]
+            if len(live) == 1:  # most leaves wait with one shape: no merging needed
+                shape = live[0]
+                for _, w in queues[shape]:
+                    hosts = cap.choose(shape[0], shape[1], now)
+                    if hosts is None:
+                        break
+                    self.start(w, hosts)
+                    if cap.total_free <= 0:
                         return
+                else:
                     continue
-                cursor[shape] += 1
-                self.start(w, hosts)
-                if cap.total_free <= 0:
+            elif live:
+                if self._lend_merged(queues, live):
                     return
+                continue
+            else:
+                continue
+            # The shape did not fit: nor will any as large, for any leaf.
+            ruled.update(s for s in shapes if s[0] >= shape[0] and s[1] >= shape[1])
+            ruled.add(shape)
+            if len(ruled) >= len(shapes) and ruled.issuperset(shapes):
+                return
+        return
+
+    def _lend_merged(self, queues: dict[Shape, list[tuple[tuple[int, int, int, str], Workload]]],
+                     live: list[Shape]) -> bool:
+        """Lend to one leaf waiting with several shapes, in its serving order; True when no GPU is left."""
+        cap = self.capacity
+        now = self.now
+        cursor = dict.fromkeys(live, 0)
+        while cursor:
+            best: tuple[tuple[int, int, int, str], Shape] | None = None
+            for shape, i in cursor.items():
+                item = queues[shape][i]
+                if best is None or item[0] < best[0]:
+                    best = (item[0], shape)
+            assert best is not None
+            shape = best[1]
+            i = cursor[shape]
+            hosts = cap.choose(shape[0], shape[1], now)
+            if hosts is None:
+                del cursor[shape]  # (a later leaf rules it out again at the cost of one try)
+                continue
+            self.start(queues[shape][i][1], hosts)
+            if cap.total_free <= 0:
+                return True
+            if i + 1 < len(queues[shape]):
+                cursor[shape] = i + 1
+            else:
+                del cursor[shape]
+        return False
 
     # ------------------------------------------------------------------ tracing
 
@@ -556,16 +586,9 @@ class Cycle:
     def costs(self) -> CostModel:
         """What stopping each workload costs in this cycle (see scheduler.preemption)."""
         if self._costs is None:
-            ranks: dict[str, int] | None = None
-
-            def keep_rank(leaf: str) -> int:
-                nonlocal ranks
-                if ranks is None:
-                    ranks = self.ranking.over_service_ranks()
-                return ranks.get(leaf, 0)
-
             policy = self.policy
-            self._costs = CostModel(self.now, lambda v: checkpoint_interval(v, policy), keep_rank)
+            self._costs = CostModel(self.now, lambda v: checkpoint_interval(v, policy),
+                                    self.ranking.keep_value)
         return self._costs
 
     def victims(self) -> VictimIndex:

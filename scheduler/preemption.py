@@ -47,7 +47,7 @@ NEVER = 1 << 62
 
 # A plan's cost packed into one integer (so costs add and compare as ints); the
 # fields, least significant first, with room for any sum a cluster can reach.
-_KEEP_BITS = 32     # tie-break: sum of the victims' over-service ranks (0 = most over-served)
+_KEEP_BITS = 32     # tie-break: sum of the victims' keep values (Ranking.keep_value, < 2**20)
 _COUNT_BITS = 24    # number of victims
 _GPUS_BITS = 32     # GPUs taken
 _LOST_BITS = 64     # GPU-seconds lost
@@ -106,20 +106,23 @@ def checkpoint_interval(w: Workload, policy: Any) -> int | None:
 class CostModel:
     """What stopping each workload costs in one cycle (memoised per workload)."""
 
-    __slots__ = ("_costs", "checkpoint", "keep_rank", "now")
+    __slots__ = ("_costs", "_keep", "checkpoint", "keep_value", "now")
 
     def __init__(self, now: int, checkpoint: Callable[[Workload], int | None],
-                 keep_rank: Callable[[str], int]) -> None:
+                 keep_value: Callable[[str], int]) -> None:
         self.now = now
         self.checkpoint = checkpoint
-        self.keep_rank = keep_rank
+        self.keep_value = keep_value
         self._costs: dict[str, int] = {}
+        self._keep: dict[str, int] = {}
 
     def of(self, w: Workload) -> int:
         c = self._costs.get(w.id)
         if c is None:
             lost = work_lost(w, self.now, self.checkpoint(w) if w.resumable else None)
-            keep = self.keep_rank(w.budget)
+            keep = self._keep.get(w.budget)
+            if keep is None:
+                keep = self._keep[w.budget] = self.keep_value(w.budget)
             if w.allocated:
                 c = pack_cost(lost, w.gpus, 0, 0, 1, keep)
             else:
@@ -343,20 +346,21 @@ class VictimIndex:
                 if best is None or key < best[0]:
                     best = (key, [])
                 continue
+            if best is not None:
+                # Costs only add up: a host whose cheapest victim alone costs more than
+                # the best plan so far cannot beat it (checked before any rule is asked).
+                limit = best[0][0]
+                if all(cost_of(v.w) > limit for v in victims if v.w.id not in gone):
+                    continue
             items: list[tuple[Victim, int, int, str]] = []
-            cheapest = -1
             for v in victims:
                 if v.w.id in gone:
                     continue
                 why = eligible(v.w)
-                if why is None:
-                    continue
-                c = cost_of(v.w)
-                items.append((v, _gpus_on(v, host), c, why))
-                if cheapest < 0 or c < cheapest:
-                    cheapest = c
-            if not items or (best is not None and best[0][0] < cheapest):
-                continue  # nothing to take here, or even one victim costs more than the best plan
+                if why is not None:
+                    items.append((v, _gpus_on(v, host), cost_of(v.w), why))
+            if not items:
+                continue
             found = _cover(items, deficit)
             if found is None:
                 continue
@@ -602,6 +606,8 @@ def _cover(items: list[tuple[Victim, int, int, str]], deficit: int
     A 0/1 knapsack over GPUs freed (capped at the deficit): a host holds at most
     one victim per GPU, so this is a few dozen steps. Returns (cost, indices).
     """
+    if len(items) == 1:
+        return (items[0][2], (0,)) if items[0][1] >= deficit else None
     best: dict[int, tuple[int, tuple[int, ...]]] = {0: (0, ())}
     for i, (_, g, c, _) in enumerate(items):
         for j, (cj, chosen) in list(best.items()):

@@ -25,6 +25,8 @@ import msgspec
 
 from scheduler.rules import less_used
 
+KEEP_MAX = (1 << 20) - 1  # the largest keep_value (a leaf that has used nothing)
+
 if TYPE_CHECKING:
     from scheduler.state import State
 
@@ -201,25 +203,23 @@ class Ranking:
         y = b[i]
         return less_used(self.use[x], self.shares[x], self.use[y], self.shares[y], commitment)
 
-    def over_service_ranks(self) -> dict[str, int]:
-        """Each leaf's place by over-service, 0 = the most over-served (usage per entitlement).
+    def keep_value(self, leaf: str) -> int:
+        """How much ``leaf`` deserves to keep its work, as a small integer (0 = the least).
 
         The victim search's last tie-break: between equally costly victims, take
         from the allocation furthest above what it is owed (Kueue's fair-sharing
-        preemption takes from the queue using the most). A leaf entitled to
-        nothing counts as the most over-served. Ties go by name.
+        preemption takes from the queue using the most). Over-service is the
+        leaf's part of all usage divided by its entitlement (1 = exactly its
+        share), quantised to 1/256 and capped; a leaf entitled to nothing keeps
+        nothing. Pure arithmetic on this cycle's usage, so it is the same on
+        every replay.
         """
-        tree = self.tree
-        use = self.use
-        keys = []
-        for leaf in self._paths:
-            if leaf in self.children:
-                continue
-            ent = tree.entitlement(leaf)
-            ratio = use.get(leaf, 0) / ent if ent > 0 else float("inf")
-            keys.append((-ratio, leaf))
-        keys.sort()
-        return {leaf: i for i, (_, leaf) in enumerate(keys)}
+        ent = self.tree.entitlement(leaf)
+        total = self.use.get(self.tree.root or "", 0)
+        if ent <= 0 or total <= 0:
+            return 0 if ent <= 0 else KEEP_MAX
+        q = int(self.use.get(leaf, 0) * 256 / (total * ent))
+        return KEEP_MAX - min(KEEP_MAX, q)
 
     # -- explanation -----------------------------------------------------------------
 

@@ -1,0 +1,102 @@
+"""Benchmark: this tree against another checkout, side by side, in the same run.
+
+A speed figure on a shared machine means little alone; a ratio against a
+baseline measured in the same minutes does. This script measures the same
+things in two source trees (this one, and BEFORE, a checkout of the commit to
+compare with, e.g. ``git worktree add --detach /tmp/before main``), round by
+round, alternating which tree goes first, each measurement in a fresh
+subprocess whose imports resolve to that tree. The measuring code is this
+tree's (``bench_core.build`` / ``steady_cycles``, the shipped ai2-month
+scenario), so both trees run exactly the same workload.
+
+Figures per round: decide() on the bench_core state (burst: median of
+``--repeat`` runs; steady: median over 200 successive cycles), and, unless
+``--skip-sim``, the ai2-month simulation's wall time under the allot policy.
+Printed: each round, then the medians and the after/before ratios.
+
+Usage: python -m benchmarks.bench_compare BEFORE [--rounds N] [--repeat N] [--skip-sim]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.common import machine
+
+HERE = Path(__file__).resolve().parent.parent
+
+CORE = """
+import importlib.util, json, statistics, time
+spec = importlib.util.spec_from_file_location("bench_core_here", {bench!r})
+bc = importlib.util.module_from_spec(spec); spec.loader.exec_module(bc)
+from scheduler import decide
+eng, _ = bc.build()
+st = eng.state
+for _ in range(2):
+    decide(st, "bench")
+times = []
+for _ in range({repeat}):
+    t0 = time.perf_counter(); decide(st, "bench"); times.append(time.perf_counter() - t0)
+steady, _ = bc.steady_cycles(eng)
+print(json.dumps({{"burst_ms": statistics.median(times) * 1e3, "steady_ms": steady * 1e3}}))
+"""
+
+SIM = """
+import json
+from pathlib import Path
+from simulator.driver import Simulation, load_sources
+from simulator.scenario import load_scenario
+path = Path({scenario!r})
+sc = load_scenario(path)
+src = load_sources(sc, path.parent)
+r = Simulation(sc, "allot", path.parent, src).run()
+print(json.dumps({{"ai2_wall_s": r.wall_seconds, "ai2_events": len(r.log)}}))
+"""
+
+
+def _measure(tree: Path, code: str) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, check=True,
+                         capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("before", type=Path, help="a checkout of the commit to compare with")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds, alternating the order")
+    ap.add_argument("--repeat", type=int, default=50, help="burst decide() runs per round")
+    ap.add_argument("--skip-sim", action="store_true", help="skip the ai2-month simulation")
+    args = ap.parse_args(argv)
+    before = args.before.resolve()
+    trees = {"before": before, "after": HERE}
+    core = CORE.format(bench=str(HERE / "benchmarks" / "bench_core.py"), repeat=args.repeat)
+    sim = SIM.format(scenario=str(HERE / "scenarios" / "ai2-month.toml"))
+    print(f"machine: {machine()}")
+    print(f"before: {before}\nafter:  {HERE}")
+    results: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    for r in range(args.rounds):
+        order = ("before", "after") if r % 2 == 0 else ("after", "before")
+        for name in order:
+            fig = _measure(trees[name], core)
+            if not args.skip_sim:
+                fig.update(_measure(trees[name], sim))
+            results[name].append(fig)
+            print(f"round {r + 1} {name:6s}: " + ", ".join(f"{k} {v:,.2f}" for k, v in fig.items()),
+                  flush=True)
+    print("medians (after / before):")
+    for key in results["after"][0]:
+        b = statistics.median(f[key] for f in results["before"])
+        a = statistics.median(f[key] for f in results["after"])
+        print(f"  {key:12s} before {b:10,.2f}  after {a:10,.2f}  ratio {a / b:.3f}")
+
+
+if __name__ == "__main__":
+    main()
