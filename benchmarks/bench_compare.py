@@ -11,8 +11,11 @@ scenario), so both trees run exactly the same workload.
 
 Figures per round: decide() on the bench_core state (burst: median of
 ``--repeat`` runs; steady: median over 200 successive cycles), and, unless
-``--skip-sim``, the ai2-month simulation's wall time under the allot policy.
-Printed: each round, then the medians and the after/before ratios.
+``--skip-sim``, the ai2-month simulation under the allot policy. Times are the
+process's CPU time by default (``--clock wall`` for wall time): on a machine
+shared with other work, CPU time moves far less with the load. Do not edit
+either tree while it runs. Printed: each round, then the medians and the
+after/before ratios.
 
 Usage: python -m benchmarks.bench_compare BEFORE [--rounds N] [--repeat N] [--skip-sim]
 """
@@ -32,9 +35,11 @@ from benchmarks.common import machine
 HERE = Path(__file__).resolve().parent.parent
 
 CORE = """
-import importlib.util, json, statistics, time
+import importlib.util, json, statistics, time, types
+clock = time.{clock}
 spec = importlib.util.spec_from_file_location("bench_core_here", {bench!r})
 bc = importlib.util.module_from_spec(spec); spec.loader.exec_module(bc)
+bc.time = types.SimpleNamespace(perf_counter=clock)  # steady_cycles times with our clock
 from scheduler import decide
 eng, _ = bc.build()
 st = eng.state
@@ -42,21 +47,22 @@ for _ in range(2):
     decide(st, "bench")
 times = []
 for _ in range({repeat}):
-    t0 = time.perf_counter(); decide(st, "bench"); times.append(time.perf_counter() - t0)
+    t0 = clock(); decide(st, "bench"); times.append(clock() - t0)
 steady, _ = bc.steady_cycles(eng)
 print(json.dumps({{"burst_ms": statistics.median(times) * 1e3, "steady_ms": steady * 1e3}}))
 """
 
 SIM = """
-import json
+import json, time, types
+import simulator.driver as driver
+driver.time = types.SimpleNamespace(perf_counter=time.{clock})  # wall_seconds on our clock
 from pathlib import Path
-from simulator.driver import Simulation, load_sources
 from simulator.scenario import load_scenario
 path = Path({scenario!r})
 sc = load_scenario(path)
-src = load_sources(sc, path.parent)
-r = Simulation(sc, "allot", path.parent, src).run()
-print(json.dumps({{"ai2_wall_s": r.wall_seconds, "ai2_events": len(r.log)}}))
+src = driver.load_sources(sc, path.parent)
+r = driver.Simulation(sc, "allot", path.parent, src).run()
+print(json.dumps({{"ai2_s": r.wall_seconds, "ai2_events": len(r.log)}}))
 """
 
 
@@ -74,13 +80,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=5, help="rounds, alternating the order")
     ap.add_argument("--repeat", type=int, default=50, help="burst decide() runs per round")
     ap.add_argument("--skip-sim", action="store_true", help="skip the ai2-month simulation")
+    ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                    help="process CPU time (default: steadier on a shared machine) or wall time")
     args = ap.parse_args(argv)
     before = args.before.resolve()
     trees = {"before": before, "after": HERE}
-    core = CORE.format(bench=str(HERE / "benchmarks" / "bench_core.py"), repeat=args.repeat)
-    sim = SIM.format(scenario=str(HERE / "scenarios" / "ai2-month.toml"))
+    clock = "process_time" if args.clock == "cpu" else "perf_counter"
+    core = CORE.format(bench=str(HERE / "benchmarks" / "bench_core.py"), repeat=args.repeat,
+                       clock=clock)
+    sim = SIM.format(scenario=str(HERE / "scenarios" / "ai2-month.toml"), clock=clock)
     print(f"machine: {machine()}")
-    print(f"before: {before}\nafter:  {HERE}")
+    print(f"before: {before}\nafter:  {HERE}\nclock: {args.clock}")
     results: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     for r in range(args.rounds):
         order = ("before", "after") if r % 2 == 0 else ("after", "before")

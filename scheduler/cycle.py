@@ -602,7 +602,9 @@ class Cycle:
         for h in hosts:
             self.capacity.take(h, per)
         self.started.add(w.id)
-        self.book.release(w)
+        book = self.book
+        if book.standing or book.due:
+            book.release(w)
         allocated = w.min_runtime_s > 0
         self.emit.started(w.id, [(h, per) for h in hosts], allocated,
                           self.now + w.min_runtime_s)

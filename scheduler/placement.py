@@ -142,21 +142,32 @@ def pack(
     """
     for level in (RACK, BLOCK):
         # A rack is named within its block (two blocks may both have an "r1").
-        groups: dict[tuple[str, str], list[str]] = {}
+        groups: dict[tuple[str, str], list] = {}  # domain -> [free GPUs on usable hosts, hosts]
         for name in eligible:
             block, rack = labels[name]
-            label = rack if level == RACK else block
-            if label is not None:
-                key = ((block or "") if level == RACK else "", label)
-                groups.setdefault(key, []).append(name)
-        # Tightest fit: the domain with the fewest free GPUs on hosts the gang
-        # could use (what is left after it is that minus a constant), then the
-        # fewest free on the hosts it takes, then the names.
-        fitting = [
-            (sum(free[h] for h in members), sum(free[h] for h in members[:n]), key, members[:n])
-            for key, members in groups.items()
-            if len(members) >= n
-        ]
-        if fitting:
-            return min(fitting)[3]
+            if level == RACK:
+                if rack is None:
+                    continue
+                key = (block or "", rack)
+            else:
+                if block is None:
+                    continue
+                key = ("", block)
+            g = groups.get(key)
+            if g is None:
+                groups[key] = [free[name], [name]]
+            else:
+                g[0] += free[name]
+                g[1].append(name)
+        # Tightest fit: the domain with the fewest free GPUs on hosts the gang could
+        # use (what is left after it is that minus a constant), then the fewest free
+        # on the hosts it takes, then the names.
+        best: tuple[tuple[int, int, tuple[str, str]], list[str]] | None = None
+        for key, (total, members) in groups.items():
+            if len(members) >= n:
+                cand = (total, sum(free[h] for h in members[:n]), key)
+                if best is None or cand < best[0]:
+                    best = (cand, members[:n])
+        if best is not None:
+            return best[1]
     return eligible[:n]
