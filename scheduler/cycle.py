@@ -195,40 +195,42 @@ class Cycle:
         ranking = self.ranking
         ranking.activate(list(by_shape))
         depth = self.policy.queue_depth
-        # Per (leaf, shape): how far this cycle has read, and the shortest minimum
+        # Per leaf and shape: how far this cycle has read, and the shortest minimum
         # runtime that already failed there (only shorter ones can do better).
-        cursor: dict[tuple[str, Shape], int] = {}
-        floor: dict[tuple[str, Shape], int] = {}
+        cursors: dict[str, dict[Shape, int]] = {}
+        floors: dict[str, dict[Shape, int]] = {}
+        started_here = self.started
         leaf = ranking.best()
         while leaf is not None:
             shapes = by_shape.get(leaf, {})
+            cursor = cursors.setdefault(leaf, {})
+            floor = floors.setdefault(leaf, {})
             started = None
             while True:
                 # The next workload in the leaf's serving order among the shapes
                 # that could start now; shapes that cannot are not even read.
                 best: tuple[tuple[int, int, int, str], Shape, int, Workload] | None = None
                 for shape, queue in shapes.items():
-                    key = (leaf, shape)
-                    i = cursor.get(key, 0)
-                    f = floor.get(key)
-                    if f is not None:
-                        i = _next_shorter(queue, i, f, depth)
-                        cursor[key] = i
+                    i = cursor.get(shape, 0)
+                    if floor:
+                        f = floor.get(shape)
+                        if f is not None:
+                            i = cursor[shape] = _next_shorter(queue, i, f, depth)
                     if i < len(queue) and (best is None or queue[i][0] < best[0]) \
                             and self.could_start(leaf, shape):
                         best = (queue[i][0], shape, i, queue[i][1])
                 if best is None:
                     break
                 _, shape, i, w = best
-                key = (leaf, shape)
-                cursor[key] = i + 1
-                if w.id in self.started:  # a due holder, served in step 4
+                cursor[shape] = i + 1
+                if w.id in started_here:  # a due holder, served in step 4
                     continue
                 if self.try_allocated(w):
                     started = w
                     break
-                if key not in floor or w.min_runtime_s < floor[key]:
-                    floor[key] = w.min_runtime_s
+                f = floor.get(shape)
+                if f is None or w.min_runtime_s < f:
+                    floor[shape] = w.min_runtime_s
             if started is not None:
                 # Its commitment moves this allocation down the order.
                 ranking.commit(leaf, started.gpus * started.min_runtime_s)
