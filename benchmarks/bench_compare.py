@@ -101,11 +101,17 @@ def main(argv: list[str] | None = None) -> None:
             results[name].append(fig)
             print(f"round {r + 1} {name:6s}: " + ", ".join(f"{k} {v:,.2f}" for k, v in fig.items()),
                   flush=True)
-    print("medians (after / before):")
+    # Noise on a shared machine only ever adds time, and drifts with the load: so
+    # besides the medians, the ratio of the minima, and the median of the ratios
+    # of the two measurements of each round (taken minutes apart, in turn).
+    print("after / before:       median before    median after   ratio   min ratio   paired ratio")
     for key in results["after"][0]:
-        b = statistics.median(f[key] for f in results["before"])
-        a = statistics.median(f[key] for f in results["after"])
-        print(f"  {key:12s} before {b:10,.2f}  after {a:10,.2f}  ratio {a / b:.3f}")
+        bs = [f[key] for f in results["before"]]
+        as_ = [f[key] for f in results["after"]]
+        b, a = statistics.median(bs), statistics.median(as_)
+        paired = statistics.median(x / y for x, y in zip(as_, bs, strict=True))
+        print(f"  {key:12s} {b:16,.3f} {a:15,.3f} {a / b:7.3f} {min(as_) / min(bs):11.3f} "
+              f"{paired:14.3f}")
 
 
 if __name__ == "__main__":

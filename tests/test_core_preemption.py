@@ -387,3 +387,39 @@ def test_may_preempt_compares_usage_plus_commitment_strictly(a_use, commitment, 
     from scheduler.rules import less_used
 
     assert less_used(a_use, 1, b_use, 1, commitment) is may
+
+
+def test_overlapping_victim_gangs_are_taken_together_when_only_both_ready_enough_hosts():
+    """Two half-host victim gangs share a host: taking both readies three hosts; neither alone two."""
+    s = Sim(hosts=3)
+    s.submit("A", "lab/b", 8, 60, hosts=2)       # 2 x 4: h0 and h1
+    s.tick()
+    s.submit("fill", "lab/b", 4, 7200)           # h0's other half, for a moment
+    s.tick()
+    s.submit("B", "lab/b", 8, 60, hosts=2)       # 2 x 4: h1 and h2
+    assert s.tick() == [started("B", [("h1", 4), ("h2", 4)], True, 60)]
+    s.finish("fill")
+    s.at(600).submit("G", "lab/a", 16, 60, hosts=2)
+    out = s.tick()
+    assert sorted(e for e in out if e[0] == "preempted") == [
+        preempted("A", "fair_share", "G", False),
+        preempted("B", "fair_share", "G", False),
+    ]
+    assert out[-1] == started("G", [("h0", 8), ("h1", 8)], True, 660)
+
+
+def test_a_gang_prefers_a_free_host_and_one_victim_to_two_victims():
+    """With one host free, a 2-host gang takes the single cheapest victim host, not two."""
+    s = Sim(hosts=3)
+    s.submit("v-old", "lab/b", 8, 60)
+    s.tick()
+    s.at(300).submit("v-young", "lab/b", 8, 60)
+    s.tick()
+    s.submit("free-h2", "lab/b", 8, 7200)        # h2 busy for a moment, then free
+    s.tick()
+    s.finish("free-h2")
+    s.at(900).submit("G", "lab/a", 16, 60, hosts=2)
+    out = s.tick()
+    # v-young has done less work (600 s) than v-old (900 s): it goes, with the free host.
+    assert out == [preempted("v-young", "fair_share", "G", False),
+                   started("G", [("h1", 8), ("h2", 8)], True, 960)]
