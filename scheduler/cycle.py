@@ -298,7 +298,10 @@ class Cycle:
                 bound = self._reach[key] = self.freeable(leaf, 0)
             if bound >= n * k:
                 return True
-        return k >= cap.max_gpus and self.book.slot_free(n)
+        if k < cap.max_gpus:
+            return False
+        book = self.book  # (Book.slot_free, inlined: this is asked per shape at every step)
+        return book.used.get(n.bit_length(), 0) < book.per_class
 
     def exhausted(self) -> bool:
         """Nothing more can start this cycle: no free GPU and no preemption left to try."""

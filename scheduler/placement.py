@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from scheduler.state import State
 
 NEVER = 1 << 62  # "no reservation ends": larger than any event time
-# Racks sit inside blocks: a rack is the smaller domain, so it is tried first.
-RACK, BLOCK = 1, 0  # index into a host's (block, rack) labels
 
 
 class ReservationConflict(AllotError):
@@ -127,6 +125,22 @@ class Capacity:
         return pack(eligible, hosts, self.free, self.labels)
 
 
+def _tightest(groups: dict, n: int) -> list[str] | None:
+    """The ``n`` least-free hosts of the tightest domain holding ``n``, or None.
+
+    Tightest: the fewest free GPUs on the hosts the gang could use there (what
+    is left after it is that minus a constant), then the domain's name.
+    """
+    best: tuple[tuple[int, str, str], list] | None = None
+    for key, g in groups.items():
+        if len(g) > n:
+            names = (key[0] or "", key[1]) if isinstance(key, tuple) else (key, "")
+            cand = (g[0], *names)
+            if best is None or cand < best[0]:
+                best = (cand, g)
+    return None if best is None else best[1][1:n + 1]
+
+
 def pack(
     eligible: list[str],
     n: int,
@@ -136,38 +150,35 @@ def pack(
     """Pick ``n`` of ``eligible`` (sorted least-free first): one rack, else one block, else any.
 
     The smallest domain that holds the whole gang wins (a rack lies inside a
-    block). Among domains of that level that can hold it, the one left with the
-    least free GPUs after packing wins (the tightest fit), then the label name;
-    inside the domain the least-free hosts are taken.
+    block). Among domains of that level that can hold it, the one with the
+    fewest free GPUs on the hosts the gang could use wins (the tightest fit),
+    then the label name; inside the domain the least-free hosts are taken.
     """
-    for level in (RACK, BLOCK):
-        # A rack is named within its block (two blocks may both have an "r1").
-        groups: dict[tuple[str, str], list] = {}  # domain -> [free GPUs on usable hosts, hosts]
-        for name in eligible:
-            block, rack = labels[name]
-            if level == RACK:
-                if rack is None:
-                    continue
-                key = (block or "", rack)
-            else:
-                if block is None:
-                    continue
-                key = ("", block)
-            g = groups.get(key)
+    # Per domain: [free GPUs on the hosts the gang could use there, the hosts...].
+    racks: dict[tuple[str | None, str], list] = {}
+    for name in eligible:
+        lab = labels[name]
+        if lab[1] is not None:  # a rack is named within its block: (block, rack) is its key
+            g = racks.get(lab)  # type: ignore[arg-type]
             if g is None:
-                groups[key] = [free[name], [name]]
+                racks[lab] = [free[name], name]  # type: ignore[index]
             else:
                 g[0] += free[name]
-                g[1].append(name)
-        # Tightest fit: the domain with the fewest free GPUs on hosts the gang could
-        # use (what is left after it is that minus a constant), then the fewest free
-        # on the hosts it takes, then the names.
-        best: tuple[tuple[int, int, tuple[str, str]], list[str]] | None = None
-        for key, (total, members) in groups.items():
-            if len(members) >= n:
-                cand = (total, sum(free[h] for h in members[:n]), key)
-                if best is None or cand < best[0]:
-                    best = (cand, members[:n])
-        if best is not None:
-            return best[1]
+                g.append(name)
+    chosen = _tightest(racks, n)
+    if chosen is not None:
+        return chosen
+    blocks: dict[str, list] = {}
+    for name in eligible:
+        block = labels[name][0]
+        if block is not None:
+            g = blocks.get(block)
+            if g is None:
+                blocks[block] = [free[name], name]
+            else:
+                g[0] += free[name]
+                g.append(name)
+    chosen = _tightest(blocks, n)
+    if chosen is not None:
+        return chosen
     return eligible[:n]
