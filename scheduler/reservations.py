@@ -81,11 +81,14 @@ def ready_times(w: Workload, capacity: Capacity, hosts: dict[str, Host],
     is protected and not ``w``'s to take; work stopped in it is gone already.
     """
     need = w.gpus_per_host
+    wid_self = w.id
+    reserved = capacity.reserved
     out: dict[str, int] = {}
     for name, free in capacity.free.items():
-        holder = capacity.holder(name)
-        if holder is not None and holder != w.id:
-            continue  # reservations are disjoint
+        if reserved:
+            held = reserved.get(name)
+            if held is not None and held[1] != wid_self:
+                continue  # reservations are disjoint
         if free >= need:
             out[name] = now
             continue
