@@ -374,24 +374,25 @@ class Cycle:
         """Remember a failed search in ``w``'s leaf (only entries no other one covers)."""
         n, k = w.hosts, w.gpus_per_host
         failed = self.failed.setdefault(w.budget, [])
-        if any(n >= fn and k >= fk and commitment >= fc for fn, fk, fc in failed):
+        if any(n == fn and k >= fk and commitment >= fc for fn, fk, fc in failed):
             return
-        failed[:] = [f for f in failed if not (f[0] >= n and f[1] >= k and f[2] >= commitment)]
+        failed[:] = [f for f in failed if not (f[0] == n and f[1] >= k and f[2] >= commitment)]
         failed.append((n, k, commitment))
 
     def dominated(self, w: Workload, commitment: int) -> bool:
-        """True when a search in ``w``'s leaf that asked for no more than ``w`` failed.
+        """True when a search in ``w``'s leaf for as many hosts, asking no more, failed.
 
         Inside one leaf, later workloads have no higher priority, so they may take
-        no more victims; a request at least as large (hosts, GPUs per host, and
-        commitment, which tightens the fair-share rule) cannot succeed where a
-        smaller one failed. This keeps a cycle's cost bounded under backlog, like
-        Slurm skipping jobs larger than one already known not to start. (Across
-        leaves it would not hold: another leaf may preempt its own lower-priority
-        work, or sit at a different point of the tree.)
+        no more victims; a request for the same number of hosts and at least as
+        much per host and commitment (which tightens the fair-share rule) cannot
+        succeed where a smaller one failed. This keeps a cycle's cost bounded under
+        backlog, like Slurm skipping jobs larger than one already known not to
+        start. (Not across host counts: a gang may take victim gangs up to its own
+        size, which a smaller request may not. Nor across leaves: another leaf may
+        preempt its own lower-priority work, or sit elsewhere in the tree.)
         """
         n, k = w.hosts, w.gpus_per_host
-        return any(n >= fn and k >= fk and commitment >= fc
+        return any(n == fn and k >= fk and commitment >= fc
                    for fn, fk, fc in self.failed.get(w.budget, ()))
 
     def could_free(self, w: Workload, commitment: int) -> bool:

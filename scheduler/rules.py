@@ -21,6 +21,13 @@ The budget policy (allot) lets a candidate take:
   whatever fair share says by then. Its own leaf's work that predates the
   reservation keeps the priority rule.
 
+Whatever the reason, allocated work spread over more hosts than the candidate
+uses is never its to take (backfill on a due reservation excepted): stopping
+it would free hosts the candidate does not use and lose all of that gang's
+progress for a smaller gain (a 4-GPU debug job once ended a 128-GPU job with
+28 hours of work). Such a gang yields to gangs at least its size, and to
+reservations, which plan with this same rule.
+
 The same ``BudgetRule`` serves the cycle's victim search, the reservation
 planner (which work frees a host for the candidate, and when) and, through
 the cycle's recorded outcomes, ``allot explain``. ``less_used`` is the one
@@ -79,12 +86,13 @@ class BudgetRule:
     once per leaf. ``commitment`` is the candidate's own (GPUs x minimum runtime).
     """
 
-    __slots__ = ("_by_leaf", "budget", "commitment", "due", "priority", "ranking")
+    __slots__ = ("_by_leaf", "budget", "commitment", "due", "hosts", "priority", "ranking")
 
     def __init__(self, ranking: Ranking, candidate: Workload, due: Due | None = None) -> None:
         self.ranking = ranking
         self.budget = candidate.budget
         self.priority = candidate.priority
+        self.hosts = candidate.hosts
         self.commitment = candidate.gpus * candidate.min_runtime_s
         self.due = due
         self._by_leaf: dict[str, bool] = {}
@@ -104,6 +112,8 @@ class BudgetRule:
         on_due = due is not None and any(h in due.hosts for h, _ in v.placement)
         if on_due and (v.started_at or 0) >= due.since:  # backfill: taken back at until
             return RESERVATION
+        if len(v.placement) > self.hosts:
+            return None  # never tear down a gang larger than oneself: it frees hosts unused
         if v.budget == self.budget:
             return PRIORITY if v.priority < self.priority else None
         if self.fair_share(v.budget):

@@ -423,3 +423,17 @@ def test_a_gang_prefers_a_free_host_and_one_victim_to_two_victims():
     # v-young has done less work (600 s) than v-old (900 s): it goes, with the free host.
     assert out == [preempted("v-young", "fair_share", "G", False),
                    started("G", [("h1", 8), ("h2", 8)], True, 960)]
+
+
+def test_a_job_never_tears_down_a_gang_larger_than_itself():
+    """A gang over more hosts than the preemptor uses is not its to take; a gang as large may take it."""
+    s = Sim(hosts=4)
+    s.submit("gang", "lab/b", 32, 60, hosts=4)
+    s.tick()
+    s.at(600).submit("p", "lab/a", 8, 60)
+    assert s.tick() == []                     # it would free three hosts for nothing
+    s.submit("g4", "lab/a", 32, 60, hosts=4)
+    assert s.tick() == [
+        preempted("gang", "fair_share", "g4", False),
+        started("g4", [(f"h{i}", 8) for i in range(4)], True, 660),
+    ]

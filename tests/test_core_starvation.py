@@ -26,11 +26,14 @@ from core_helpers import Sim
 CAP = 3600          # min_runtime_cap_s of the scenario
 STEP = 60           # the driver's tick: protections end between ticks, so bounds get one STEP
 HOSTS = 8
+# The whole-host allocations ask for less than they are entitled to (small: 8 GPUs
+# for 30 minutes every 45, 8 % of the cluster against 10 %; gangs of 6 hosts every
+# 90 minutes, 25 % against 30 %), so they rank first among the blocked: the bound's premise.
 TREE = (
     ("lab", 1, ("admin",)),
     ("lab/big", 6, ()),      # the churn: most of the shares, and far more demand
     ("lab/small", 1, ()),    # single whole-host jobs
-    ("lab/gangs", 1, ()),    # the largest gangs
+    ("lab/gangs", 3, ()),    # the largest gangs
 )
 
 
@@ -47,7 +50,7 @@ class Run:
         return self.started.get(wid, self.horizon) - self.submitted[wid]
 
 
-def _drive(seed: int, hours: int, gang_hosts: int, gang_every: int = 7200, **policy) -> Run:
+def _drive(seed: int, hours: int, gang_hosts: int, gang_every: int = 5400, **policy) -> Run:
     """Simulate ``hours`` of churn with whole-host arrivals; return the waits."""
     rng = random.Random(seed)
     s = Sim(TREE, hosts=HOSTS, min_runtime_cap_s=CAP, **policy)
@@ -88,18 +91,24 @@ def _drive(seed: int, hours: int, gang_hosts: int, gang_every: int = 7200, **pol
     return run
 
 
+def _bound(wid: str) -> int:
+    """The wait bound of a whole-host workload: one cap for single jobs, two for gangs."""
+    return (CAP if wid.startswith("one") else 2 * CAP) + STEP
+
+
 def _whole_host_waits(run: Run) -> dict[str, int]:
-    return {w: run.wait(w) for w in run.submitted if not w.startswith("c")}
+    """Waits of the whole-host workloads whose bound ran out before the horizon."""
+    return {w: run.wait(w) for w, t in run.submitted.items()
+            if not w.startswith("c") and t + _bound(w) < run.horizon}
 
 
 def _late(waits: dict[str, int]) -> dict[str, int]:
-    """Whole-host workloads that waited past their bound (one cap for single jobs, two for gangs)."""
-    return {w: d for w, d in waits.items()
-            if d > (CAP if w.startswith("one") else 2 * CAP) + STEP}
+    """Whole-host workloads that waited past their bound."""
+    return {w: d for w, d in waits.items() if d > _bound(w)}
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-@pytest.mark.parametrize(("gang_hosts", "gang_every"), [(2, 7200), (6, 7200), (2, 14400)])
+@pytest.mark.parametrize(("gang_hosts", "gang_every"), [(2, 3600), (6, 5400), (6, 7200), (2, 14400)])
 def test_whole_host_work_starts_within_its_bound(seed, gang_hosts, gang_every):
     """Single 8-GPU jobs start within one cap (their class has a slot free); gangs within two."""
     run = _drive(seed, hours=16, gang_hosts=gang_hosts, gang_every=gang_every)
