@@ -43,7 +43,7 @@ from scheduler.emit import Emitter
 from scheduler.placement import NEVER, Capacity
 from scheduler.preemption import CostModel, VictimIndex, checkpoint_interval
 from scheduler.ranking import Ranking, commitments
-from scheduler.reservations import Book, Reservation, ready_times, size_class
+from scheduler.reservations import Book, Frees, Reservation, host_frees, ready_times, size_class
 from scheduler.rules import BudgetRule, Due, less_used
 
 if TYPE_CHECKING:
@@ -115,6 +115,7 @@ class Cycle:
         self._victims: VictimIndex | None = None
         self._ranking: Ranking | None = None
         self._costs: CostModel | None = None
+        self._frees: Frees | None = None
         # Per leaf, (hosts, GPUs per host, commitment) of searches that found no plan.
         self.failed: dict[str, list[tuple[int, int, int]]] = {}
         self.to_reserve: list[Workload] = []  # noted for a reservation, not yet worked out
@@ -363,8 +364,7 @@ class Cycle:
         """Work out the reservations noted earlier in this cycle (lazily: see scheduler.reservations)."""
         while self.to_reserve:
             w = self.to_reserve.pop(0)
-            ready = ready_times(w, self.capacity, self.state.cluster_state.hosts,
-                                self.state.workloads.running, BudgetRule(self.ranking, w),
+            ready = ready_times(w, self.capacity, self.frees, BudgetRule(self.ranking, w),
                                 self.gone, self.now)
             r = self.book.plan(w, ready)
             if r is not None:
@@ -553,8 +553,7 @@ class Cycle:
                            f"{cap.total_free} GPUs are free but scattered: no {n} host(s) "
                            f"have {k} free each")
         rule = BudgetRule(self.ranking, w)
-        ready = ready_times(w, cap, hosts, self.state.workloads.running, rule, self.gone,
-                            self.now)
+        ready = ready_times(w, cap, self.frees, rule, self.gone, self.now)
         times = sorted(ready.values())
         if len(times) >= n and times[n - 1] < NEVER:
             until = times[n - 1]
@@ -587,6 +586,14 @@ class Cycle:
         if self._ranking is None:
             self._ranking = Ranking(self.state, commitments(self.state))
         return self._ranking
+
+    @property
+    def frees(self) -> Frees:
+        """When the work on each host stops being protected (for reservation planning)."""
+        if self._frees is None:
+            self._frees = host_frees(self.state.cluster_state.hosts,
+                                     self.state.workloads.running, self.now)
+        return self._frees
 
     @property
     def costs(self) -> CostModel:

@@ -71,14 +71,44 @@ def size_class(hosts: int) -> int:
     return hosts.bit_length()
 
 
-def ready_times(w: Workload, capacity: Capacity, hosts: dict[str, Host],
-                running: dict[str, Workload], rule: Rule, gone: Container[str],
-                now: int) -> dict[str, int]:
+Frees = dict[str, list[tuple[int, int, str, "Workload"]]]
+
+
+def host_frees(hosts: dict[str, Host], running: dict[str, Workload], now: int) -> Frees:
+    """Per host, when each running workload there could stop being protected, soonest first.
+
+    (time, GPUs there, id, workload): unallocated work at once, allocated work at
+    its protection end; work protected until it ends (no ``protected_until``) is
+    left out. One cycle's reservation planning shares it across candidates.
+    """
+    out: Frees = {}
+    for name, h in hosts.items():
+        frees = []
+        for wid, gpus in h.workloads.items():
+            other = running.get(wid)
+            if other is None:
+                continue
+            if not other.allocated:
+                frees.append((now, gpus, wid, other))
+            elif other.protected_until is not None:
+                frees.append((max(now, other.protected_until), gpus, wid, other))
+        frees.sort(key=_first_three)
+        out[name] = frees
+    return out
+
+
+def _first_three(item: tuple[int, int, str, Workload]) -> tuple[int, int, str]:
+    return item[0], item[1], item[2]
+
+
+def ready_times(w: Workload, capacity: Capacity, frees: Frees, rule: Rule,
+                gone: Container[str], now: int) -> dict[str, int]:
     """Per healthy host not held for another workload, when ``w`` could have its GPUs there.
 
     Work ``w`` may take (``rule``) counts as gone when its protection ends; other
     work never (its end is unknown to the scheduler). Work started in this cycle
-    is protected and not ``w``'s to take; work stopped in it is gone already.
+    is protected and not ``w``'s to take (and not in ``frees``, built from the
+    state); work stopped in it is gone already.
     """
     need = w.gpus_per_host
     wid_self = w.id
@@ -92,19 +122,10 @@ def ready_times(w: Workload, capacity: Capacity, hosts: dict[str, Host],
         if free >= need:
             out[name] = now
             continue
-        frees: list[tuple[int, int]] = []
-        for wid, gpus in hosts[name].workloads.items():
-            if wid in gone:
-                continue
-            other = running.get(wid)
-            if other is None or rule(other) is None:
-                continue
-            if not other.allocated:
-                frees.append((now, gpus))
-            elif other.protected_until is not None:  # None: protected until it ends
-                frees.append((max(now, other.protected_until), gpus))
         got = free
-        for t, g in sorted(frees):
+        for t, g, wid, other in frees.get(name, ()):
+            if wid in gone or rule(other) is None:
+                continue
             got += g
             if got >= need:
                 out[name] = t
