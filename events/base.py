@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import msgspec
 
-from events.limits import Int64, Shares, Text
+from events.limits import Int64, Shares, Text, Time
 
 # Every event type starts at version 1. A version is bumped only for a breaking
 # change, and then an upcaster in events/codec.py lifts old payloads.
@@ -30,7 +30,7 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     """Base of every event: the envelope. Never instantiated directly."""
 
     id: Text
-    at: Int64
+    at: Time
     cluster: Text = "default"
     actor: Text = "unknown"
     source: Text = "unknown"

@@ -275,14 +275,26 @@ def decode(data: bytes | str) -> AnyEvent:
 
 def iter_lines(lines: Iterable[bytes]) -> Iterator[AnyEvent]:
     """Decode JSON lines, skipping blank ones; a MalformedEvent carries the 1-based ``line``."""
+    for _, event in iter_numbered(lines):
+        yield event
+
+
+def iter_numbered(lines: Iterable[bytes]) -> Iterator[tuple[int, AnyEvent]]:
+    """``(line number, event)`` for JSON lines, skipping blank ones (MalformedEvent names the line)."""
     for n, line in enumerate(lines, 1):
         line = line.strip()
         if not line:
             continue
         try:
-            yield decode(line)
+            yield n, decode(line)
         except MalformedEvent as exc:
             raise MalformedEvent(exc.reason, line, position=exc.position, line=n) from exc
+
+
+def read_numbered(path: str | Path) -> Iterator[tuple[int, AnyEvent]]:
+    """``(line number, event)`` from a JSON-lines log file, lazily, each line capped in size."""
+    with open(path, "rb") as fh:
+        yield from iter_numbered(_capped_lines(fh))
 
 
 def _capped_lines(fh: BinaryIO) -> Iterator[bytes]:

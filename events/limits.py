@@ -70,3 +70,16 @@ Array = Annotated[tuple[T, ...], Meta(max_length=MAX_ARRAY_ITEMS)]
 HostGpus = Annotated[int, Meta(ge=INT64_MIN, le=MAX_GPUS_PER_HOST)]
 # A budget share; negative shares are the validator's ``bad_shares``.
 Shares = Annotated[int, Meta(ge=INT64_MIN, le=MAX_SHARES)]
+
+# Time and durations. Event times are Unix seconds up to 2**40 (the year
+# 36,812) and policy durations at most 2**32 s (136 years), so that anything
+# the scheduler derives by adding them (a protection's end, a reservation's
+# ``until``) is still an int64 every reader can decode. Lower bounds stay the
+# validator's (a negative knob is ``bad_policy``, a past ``at`` takes effect now).
+MAX_TIME = 2**40
+MAX_DURATION_S = 2**32
+Time = Annotated[int, Meta(ge=INT64_MIN, le=MAX_TIME)]
+Duration = Annotated[int, Meta(ge=INT64_MIN, le=MAX_DURATION_S)]
+# Buckets a usage window may hold: accrual and memory grow with it (a week of
+# one-minute buckets is 10,080).
+MAX_WINDOW_BUCKETS = 20_000

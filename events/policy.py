@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 from events.base import Event
-from events.limits import HostGpus, Int64
+from events.limits import Duration, HostGpus, Int64
 
 DAY_S = 86_400
 HOUR_S = 3_600
@@ -23,12 +23,12 @@ class PolicyConfigured(Event, kw_only=True, tag="policy.configured"):
     # scheduler kept as a baseline for side-by-side simulation.
     scheduler: Literal["allot", "baseline"] = "allot"
     # Fair-share lookback: usage older than this no longer counts.
-    window_s: Int64 = 7 * DAY_S
+    window_s: Duration = 7 * DAY_S
     # Usage is kept in buckets of this width so cost does not grow with history;
     # the window is therefore exact to one bucket.
-    bucket_s: Int64 = HOUR_S
+    bucket_s: Duration = HOUR_S
     # Longest minimum runtime (protection) a workload may ask for.
-    min_runtime_cap_s: Int64 = 8 * HOUR_S
+    min_runtime_cap_s: Duration = 8 * HOUR_S
     # GPUs per host; multi-host workloads are gangs of hosts of this size.
     host_gpus: HostGpus = 8
     # Depth of the budget tree at which "teams" sit (root = 0). The baseline's
@@ -44,11 +44,11 @@ class PolicyConfigured(Event, kw_only=True, tag="policy.configured"):
     # Fair-share usage is evaluated at ``now`` rounded down to this period (as
     # Slurm's PriorityCalcPeriod): the order cannot drift between two moments of
     # one period, which makes a cycle with no new events provably idle.
-    fair_share_period_s: Int64 = 300
+    fair_share_period_s: Duration = 300
     # Event ids are remembered this long for deduplication.
-    dedupe_window_s: Int64 = DAY_S
+    dedupe_window_s: Duration = DAY_S
     # How far ahead of the trusted clock an input's ``at`` may be. The live
     # clock ticks once a second and producers' clocks drift, so a little
     # slack; more would let a producer pull time forward (protections end at
     # now), so anything later is rejected as ``future_time``.
-    clock_skew_s: Int64 = 30
+    clock_skew_s: Duration = 30

@@ -24,13 +24,12 @@ and skips it the same way, so live and replay share one rule.
 
 from __future__ import annotations
 
-import functools
 import re
-from collections.abc import Callable
 
 from events import DECISION_TYPES, Event, tag_of
 from events.errors import AllotError
 from events.limits import CLUSTER_ID_PATTERN, INPUT_ID_PATTERN
+from events.values import problem
 
 _INPUT_ID = re.compile(INPUT_ID_PATTERN)
 _CLUSTER_ID = re.compile(CLUSTER_ID_PATTERN)
@@ -94,18 +93,6 @@ def _show(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-@functools.cache
-def _value_checker() -> Callable[[Event], str | None] | None:
-    # Looked up once: a failed import is not cached by Python, and searching the
-    # path for it at every input cost 0.6 ms, two thirds of a journal fold.
-    try:
-        from events.values import problem
-    except ImportError:  # the value checker lands with the decoder's limits
-        return None
-    return problem  # type: ignore[no-any-return]
-
-
 def _value_problem(e: Event) -> str | None:
     """What a valid record could not hold in ``e`` (see events.values), or None."""
-    check = _value_checker()
-    return None if check is None else check(e)
+    return problem(e)

@@ -30,10 +30,12 @@ from events.limits import (
     INT64_MIN,
     MAX_ARRAY_ITEMS,
     MAX_DEPTH,
+    MAX_DURATION_S,
     MAX_GPUS_PER_HOST,
     MAX_RECORD_BYTES,
     MAX_SHARES,
     MAX_STRING_CHARS,
+    MAX_TIME,
 )
 from events.schema import event_schema
 
@@ -88,8 +90,10 @@ HOSTILE = [
     pytest.param(b'{"type":"budget.shares_set","id":"b","at":1,"parent":"lab",'
                  b'"shares":[{"child":"a","shares":9223372036854775808}]}',
                  "<= 1000000000", "$.shares[0].shares", id="shares-2**63"),
-    pytest.param(TICK[:-10] + b"9223372036854775808}", "<= 9223372036854775807", "$.at",
+    pytest.param(TICK[:-10] + b"9223372036854775808}", "<= 1099511627776", "$.at",
                  id="at-2**63"),
+    pytest.param(TICK[:-10] + b"1099511627777}", "<= 1099511627776", "$.at",
+                 id="at-after-max-time"),
     pytest.param(TICK[:-10] + b"-9223372036854775809}", ">= -9223372036854775808", "$.at",
                  id="at-below-int64"),
     pytest.param(TICK[:-10] + b"123456789012345678901234567890}", "", None, id="at-10**30"),
@@ -148,7 +152,7 @@ ACCEPTED = [
     pytest.param(_nested(MAX_DEPTH, b"{\"a\":", b"}", b"1"), id="object-depth-at-limit"),
     pytest.param(TICK + b',"d":"' + b"[" * 100 + b'"}', id="brackets-in-a-string"),
     pytest.param(TICK + b',"d":"\\"[[[[[[[[[[[[[[[[[[[[\\\\"}', id="brackets-after-escapes"),
-    pytest.param(TICK[:-10] + str(INT64_MAX).encode() + b"}", id="at-int64-max"),
+    pytest.param(TICK[:-10] + str(MAX_TIME).encode() + b"}", id="at-max-time"),
     pytest.param(TICK[:-10] + str(INT64_MIN).encode() + b"}", id="at-int64-min"),
     pytest.param(TICK + b',"actor":"' + "é".encode() * MAX_STRING_CHARS + b'"}',
                  id="string-at-limit-in-characters"),
@@ -230,7 +234,8 @@ def test_the_schema_states_the_limits() -> None:
     added = defs["HostAdded"]["properties"]
     assert added["gpus"]["maximum"] == MAX_GPUS_PER_HOST
     assert added["host"]["maxLength"] == MAX_STRING_CHARS
-    assert defs["ClockTicked"]["properties"]["at"]["maximum"] == INT64_MAX
+    assert defs["ClockTicked"]["properties"]["at"]["maximum"] == MAX_TIME
+    assert defs["PolicyConfigured"]["properties"]["window_s"]["maximum"] == MAX_DURATION_S
     assert defs["WorkloadStarted"]["properties"]["placement"]["maxItems"] == MAX_ARRAY_ITEMS
     assert defs["ChildShare"]["properties"]["shares"]["maximum"] == MAX_SHARES
 
@@ -261,7 +266,7 @@ BAD_VALUES = [
                  "not a finite number: inf - at `$.gpus`", id="inf-gpus"),
     pytest.param(mk.submit("w", "lab/a", gpus=8, min_runtime_s=60.0), "got `float`",
                  id="float-min-runtime"),
-    pytest.param(mk.tick(2**63), "<= 9223372036854775807 - at `$.at`", id="at-2**63"),
+    pytest.param(mk.tick(2**63), "<= 1099511627776 - at `$.at`", id="at-2**63"),
     pytest.param(mk.node("lab/a", managers=["x"]), "list", id="list-for-tuple"),  # type: ignore[arg-type]
     pytest.param(mk.node("lab/" + "a" * MAX_STRING_CHARS), "length <= 4096", id="long-path"),
     pytest.param(mk.host("\ud800"), "cannot be encoded", id="lone-surrogate"),
