@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: help test demo bench lint schema clean
+.PHONY: help test demo demo-sim bench lint schema clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -17,7 +17,10 @@ $(STAMP): pyproject.toml
 test: $(STAMP)  ## run the test suite (starts its own Kafka broker where needed)
 	$(PY) -m pytest
 
-demo: $(STAMP)  ## run the main job on the embedded default
+demo: $(STAMP)  ## play scenarios/demo.toml through Kafka on the embedded stack; audit + replay
+	$(PY) -m allot up --demo
+
+demo-sim: $(STAMP)  ## the simulator's demo: both policies side by side, report.html
 	$(PY) -m allot demo
 
 bench: $(STAMP)  ## run the benchmarks and print their figures

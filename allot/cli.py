@@ -215,6 +215,22 @@ def build_parser() -> argparse.ArgumentParser:
     from streams.cli import register as register_streams
 
     register_streams(sub)  # allot worker, allot journal export
+    from streams.client import register as register_client
+
+    register_client(sub)  # allot submit, cancel, budget define|shares, host fault|repair|add
+    from streams.executor import register as register_executor
+
+    register_executor(sub)  # allot executor
+    from allot import live_audit
+    from streams.up import register as register_up
+
+    register_up(sub, auditor=live_audit.audit_runs)  # allot up (--demo is make demo)
+    from streams.view import register as register_top
+
+    register_top(sub)  # allot top
+    from streams.projections import register as register_projections
+
+    register_projections(sub)  # allot projections
 
     p = sub.add_parser("explain", help="why a workload is where it is",
                        description="Fold LOG (up to --at) and explain WORKLOAD: its fair-share "

@@ -1,0 +1,358 @@
+"""The embedded default: ``allot up`` runs a whole live allot on this machine.
+
+``Stack`` starts, in order:
+
+1. the Tansu broker on 127.0.0.1 (``streams.broker``), unless a bootstrap
+   server is configured (``--bootstrap``, ``KAFKA_BOOTSTRAP_SERVERS``,
+   ``ALLOT_BOOTSTRAP`` or ``bootstrap`` in ``--config``): then that Kafka;
+2. the topics (``streams.topics.ensure_topics``);
+3. the worker (``allot worker``: the scheduling loop and the ticker), the
+   simulated executor (``allot executor``) and, when asked, the usage
+   projections (``allot projections``), each a child process logging JSON
+   lines to ``<log dir>/<name>.log``.
+
+``stop`` ends them in reverse order (SIGTERM, then SIGKILL after a grace
+period) and the broker last. Children run in their own session, so Ctrl-C
+reaches only ``allot up``, which stops them in that order; each child also gets
+SIGTERM from the kernel if ``allot up`` itself dies (``PR_SET_PDEATHSIG``), so
+nothing is left behind even after ``kill -9``.
+
+What stopping keeps and loses: the embedded Tansu keeps everything in memory,
+so every topic (inbox, journal, dead letter, snapshots, the projections'
+changelogs) is gone when the stack stops. What lasts is what was written to
+disk: the logs, and whatever was exported (``allot journal export``; the demo
+exports its journal and audit database before it stops).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from events.errors import AllotError
+from streams import config
+from streams.config import WorkerSettings
+
+LOOPBACK = "127.0.0.1"
+
+
+class StackError(AllotError):
+    """The stack could not start, or a part of it died."""
+
+
+def _die_with_parent() -> None:
+    """In a child: SIGTERM when ``allot up`` dies, however it dies (Linux)."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def bootstrap_configured(config_file: str | None, flag: str | None,
+                         environ: dict[str, str] | None = None) -> bool:
+    """Whether the user named a Kafka to use (else the embedded broker is started)."""
+    env = os.environ if environ is None else environ
+    if flag or env.get(config.BOOTSTRAP_ENV) or env.get(config.ENV_PREFIX + "BOOTSTRAP"):
+        return True
+    return bool(config_file) and "bootstrap" in config.read_file(config_file)
+
+
+def child_env(settings: WorkerSettings, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment that hands ``settings`` to an ``allot`` child process (no flags in ps)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(config.ENV_PREFIX) and k != config.BOOTSTRAP_ENV}
+    for name in config.FIELDS:
+        value = getattr(settings, name)
+        if name == "worker_name" and not value:
+            continue
+        env[config.ENV_PREFIX + name.upper()] = (",".join(value) if isinstance(value, tuple)
+                                                 else str(value))
+    env.update(extra or {})
+    return env
+
+
+class Child:
+    """One ``python -m allot ...`` child process."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_path: Path) -> None:
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    def start(self) -> Child:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in wait()
+        self.proc = subprocess.Popen([sys.executable, "-m", "allot", *self.argv], env=self.env,
+                                     stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     preexec_fn=_die_with_parent)
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def terminate(self) -> None:
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float) -> int | None:
+        if self.proc is None:
+            return None
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait(10)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return code
+
+    def tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return "\n".join(text[-lines:])
+
+
+class Stack:
+    """The broker (maybe), the topics, the worker, the executor and the projections."""
+
+    def __init__(self, settings: WorkerSettings, *, embedded: bool, log_dir: Path,
+                 executor: bool = True, projections_port: int | None = None,
+                 executor_args: list[str] | None = None) -> None:
+        self.settings = settings
+        self.embedded = embedded
+        self.log_dir = log_dir
+        self.with_executor = executor
+        self.projections_port = projections_port
+        self.executor_args = executor_args or []
+        self.broker: Any = None
+        self.children: list[Child] = []
+
+    @property
+    def bootstrap(self) -> str:
+        return self.settings.bootstrap
+
+    def start(self) -> Stack:
+        import asyncio
+
+        from streams.broker import TansuBroker, wait_for_broker
+        from streams.topics import ensure_topics
+
+        try:
+            if self.embedded:
+                self.broker = TansuBroker(log_path=self.log_dir / "tansu.log")
+                self.settings = self.settings.replace(bootstrap=self.broker.start())
+            else:
+                wait_for_broker(self.settings.bootstrap, timeout=30)
+            s = self.settings
+            if not (s.tick_key or s.tick_key_file):
+                # One key for this stack's worker(s) and nobody else: only they can tick.
+                self.settings = s = s.replace(tick_key=secrets.token_hex(16))
+            asyncio.run(ensure_topics(s.bootstrap, s.topic_prefix, s.partitions,
+                                      s.replication_factor))
+            env = child_env(s)
+            self.children.append(Child("worker", ["worker"], env,
+                                       self.log_dir / "worker.log").start())
+            if self.with_executor:
+                self.children.append(Child("executor", ["executor", "--log-format", "json",
+                                                        *self.executor_args], env,
+                                           self.log_dir / "executor.log").start())
+            if self.projections_port is not None:
+                self.children.append(Child(
+                    "projections", ["projections", "--port", str(self.projections_port)], env,
+                    self.log_dir / "projections.log").start())
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def dead(self) -> list[Child]:
+        """Children that exited on their own."""
+        return [c for c in self.children if not c.alive()]
+
+    def pids(self) -> dict[str, int]:
+        out = {c.name: c.pid for c in self.children if c.pid is not None}
+        if self.broker is not None and self.broker.pid is not None:
+            out["broker"] = self.broker.pid
+        return out
+
+    def child(self, name: str) -> Child | None:
+        return next((c for c in self.children if c.name == name), None)
+
+    def stop_child(self, name: str, grace_s: float = 15.0) -> int | None:
+        """Stop one child (SIGTERM, then SIGKILL after ``grace_s``); its exit code."""
+        c = self.child(name)
+        if c is None:
+            return None
+        c.terminate()
+        code = c.wait(grace_s)
+        self.children.remove(c)
+        return code
+
+    def stop(self, grace_s: float = 15.0) -> dict[str, int | None]:
+        """Stop the children (last started first), then the broker; their exit codes."""
+        codes: dict[str, int | None] = {}
+        for c in reversed(self.children):
+            c.terminate()
+            codes[c.name] = c.wait(grace_s)
+        self.children = []
+        if self.broker is not None:
+            self.broker.stop()
+            self.broker = None
+        return codes
+
+
+# -- allot up ----------------------------------------------------------------------------------
+
+UP_FLAGS: dict[str, tuple[str, type]] = {
+    "bootstrap": ("Kafka bootstrap servers HOST:PORT (default: start the embedded broker)", str),
+    "topic_prefix": ("prefix of every topic name", str),
+    "partitions": ("partitions of the topics created", int),
+    "time_scale": ("virtual seconds per wall second", float),
+    "tick_interval_s": ("wall seconds between ticks", float),
+}
+
+
+def register(subparsers: Any, auditor: Any = None) -> None:
+    """Add ``allot up`` to the command line; ``auditor`` audits the demo's journal (see demo.py)."""
+    p = subparsers.add_parser(
+        "up", help="run a whole live allot here: broker, topics, worker, ticker, executor",
+        description="Start the embedded Tansu broker on 127.0.0.1 (unless a bootstrap server is "
+                    "configured), create the topics, and run the worker (with its ticker) and "
+                    "the simulated executor until Ctrl-C, which stops everything. The embedded "
+                    "broker keeps everything in memory: stopping loses every topic. With "
+                    "--demo, play a scenario through Kafka and end with its audit and replay "
+                    "check (this is `make demo`).")
+    p.add_argument("--config", default=None, metavar="FILE", help="a TOML settings file")
+    for name, (text, kind) in UP_FLAGS.items():
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, default=None,
+                       help=text)
+    p.add_argument("--cluster", dest="clusters", action="append", metavar="ID",
+                   help="a cluster to schedule (repeatable; default: the setting, or the "
+                        "demo scenario's)")
+    p.add_argument("--log-dir", type=Path, default=Path("out/up"),
+                   help="where the processes write their logs (default out/up)")
+    p.add_argument("--no-executor", action="store_true", help="do not run the simulated executor")
+    p.add_argument("--projections", type=int, default=None, metavar="PORT",
+                   help="also run the usage projections, their JSON and dashboard on "
+                        "127.0.0.1:PORT (0: any free port)")
+    p.add_argument("--demo", nargs="?", const="scenarios/demo.toml", default=None,
+                   metavar="SCENARIO",
+                   help="play SCENARIO through Kafka (default scenarios/demo.toml), print its "
+                        "audit and replay check, and stop; exit 0 only if it passed")
+    p.add_argument("--horizon-days", type=float, default=None,
+                   help="with --demo: play only this much of the scenario")
+    p.add_argument("--out", type=Path, default=Path("out/live-demo"),
+                   help="with --demo: where the journal, the audit database and the report go")
+    p.add_argument("--no-projections", action="store_true",
+                   help="with --demo: do not run (and check) the Faust usage projections")
+    p.add_argument("--no-view", action="store_true",
+                   help="with --demo: print progress lines instead of the live view")
+    p.set_defaults(func=_up, auditor=auditor)
+
+
+def _up(args: Any) -> int:
+    from rich.console import Console
+
+    con = Console(stderr=True, highlight=False)
+    try:
+        return _run_up(args, con)
+    except AllotError as exc:
+        print(f"allot up: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run_up(args: Any, con: Any) -> int:
+    from streams.broker import free_port
+
+    flags: dict[str, Any] = {name: getattr(args, name) for name in UP_FLAGS}
+    scenario = None
+    if args.demo:
+        from simulator.scenario import load_scenario
+
+        scenario = load_scenario(args.demo)
+        if args.clusters is None:
+            flags["clusters"] = (scenario.cluster.id,)
+        # The demo's defaults: three days in about a minute and a quarter, a cycle every
+        # 0.1 s of wall time (six minutes of scheduler time, the scenario's own tick).
+        if flags["time_scale"] is None:
+            flags["time_scale"] = 3600.0
+        if flags["tick_interval_s"] is None:
+            flags["tick_interval_s"] = 0.1
+    if args.clusters:
+        flags["clusters"] = tuple(args.clusters)
+    embedded = not bootstrap_configured(args.config, args.bootstrap)
+    settings = config.load(args.config, flags={**flags, "log_format": "json"})
+    port = args.projections
+    if port is None and scenario is not None and not args.no_projections:
+        port = 0  # the demo checks the Faust projections against the audit too
+    if port == 0:
+        port = free_port()
+    stack = Stack(settings, embedded=embedded, log_dir=args.log_dir, projections_port=port,
+                  executor=not args.no_executor)
+    stopping = {"flag": False}
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stopping["flag"] = True
+        raise KeyboardInterrupt
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    t0 = time.monotonic()
+    code = 0
+    try:
+        stack.start()
+        where = "embedded Tansu, memory only" if embedded else "configured Kafka"
+        con.print(f"[bold]allot up[/]: broker {stack.bootstrap} ({where}); clusters "
+                  f"{', '.join(stack.settings.clusters)}; time x{stack.settings.time_scale:g}; "
+                  f"logs in {args.log_dir}/")
+        con.print("pids " + " ".join(f"{k}={v}" for k, v in stack.pids().items()))
+        if port is not None:
+            con.print(f"usage projections and dashboard: http://{LOOPBACK}:{port}/")
+        if scenario is not None:
+            from streams.demo import play
+
+            ok = play(stack, scenario, args.demo, args.out, con,
+                      horizon_days=args.horizon_days, view=not args.no_view,
+                      projections_port=port, auditor=args.auditor)
+            code = 0 if ok else 1
+        else:
+            con.print("running; Ctrl-C stops everything")
+            while True:
+                dead = stack.dead()
+                if dead:
+                    c = dead[0]
+                    raise StackError(f"the {c.name} exited with status {c.proc.returncode if c.proc else '?'}"
+                                     f"; its log ({c.log_path}) ends with:\n{c.tail()}")
+                time.sleep(0.5)
+    except KeyboardInterrupt:
+        con.print("stopping ...")
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        codes = stack.stop()
+        bad = {k: v for k, v in codes.items() if v not in (0, None, -signal.SIGTERM)}
+        con.print(f"stopped after {time.monotonic() - t0:.1f} s"
+                  + (f"; exit codes {bad}" if bad else "")
+                  + ("; the embedded broker's topics are gone" if embedded else ""))
+    return code
+
+
+__all__ = ["Child", "Stack", "StackError", "bootstrap_configured", "child_env", "register"]
