@@ -33,6 +33,17 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # after submission (None: waits forever). Open-loop demand needs this, or a
     # queue that is always 2-3x oversubscribed grows without bound.
     patience_s: int | None = None
+    # The cost of a preemption (the simulated executor's model; sent on the
+    # submission so the victim cost and the audit can read it). A resumable
+    # workload checkpoints every ``checkpoint_interval_s`` of run time counted
+    # from each start (None: continuously) and a resumed run first spends
+    # ``restart_overhead_s``; a preempted one that cannot resume is resubmitted
+    # by its owner if ``resubmit`` (a new id ``<id>-r<n>``, ``resubmit_of``
+    # naming the one it re-runs), from scratch.
+    checkpoint_interval_s: int | None = None
+    restart_overhead_s: int = 0
+    resubmit: bool = False
+    resubmit_of: str | None = None
 
 
 class BudgetNodeSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -41,3 +52,17 @@ class BudgetNodeSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     path: str
     shares: int = 1
     managers: tuple[str, ...] = ()
+
+
+class SquatterSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A researcher who, under the old scheduler, holds an idle job to debug on.
+
+    The driver submits a hold of ``gpus`` GPUs at ``first_at`` and renews it
+    whenever it ends. While the hold runs, the researcher's debug workloads that
+    fit in it run inside it and are never submitted.
+    """
+
+    user: str
+    budget: str            # the researcher's leaf
+    gpus: int
+    first_at: int          # seconds since the scenario start

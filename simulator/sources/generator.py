@@ -25,8 +25,8 @@ from pathlib import Path
 
 import msgspec
 
-from simulator.sources import SourceOutput
-from simulator.spec import BudgetNodeSpec, WorkloadSpec
+from simulator.sources import SourceOutput, SquatConfig
+from simulator.spec import BudgetNodeSpec, SquatterSpec, WorkloadSpec
 
 DAY = 86_400
 
@@ -60,6 +60,10 @@ class ClassConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     patience_s: int | None = None
     diurnal: float = 0.0             # 0: flat; 0.5: day rate 1.5x, night 0.5x
     bursty: bool = True              # follows the team's busy/quiet phases
+    # --- the cost of a preemption (issue 9), drawn apart from the rest ---------
+    checkpoint_interval_s: int | None = None  # resumable workloads checkpoint this often
+    restart_overhead_s: int = 0      # a resumed run spends this long before progressing
+    resubmit: float = 0.0            # probability the owner resubmits a victim that cannot resume
 
 
 class Config(msgspec.Struct, frozen=True, kw_only=True, tag="generator", forbid_unknown_fields=True):
@@ -77,6 +81,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, tag="generator", forbid_
     max_size_vs_entitlement: float = 2.0
     phase_mean_s: int = 2 * DAY       # mean length of a busy or quiet phase
     user_prefix: str = "u"
+    # --- people under the old scheduler (issue 9) -------------------------------
+    squatting: SquatConfig | None = None  # researchers holding idle jobs to debug on
 
 
 class GeneratorError(ValueError):
@@ -122,7 +128,34 @@ def load(config: Config, *, seed: int, base_dir: Path,
         workloads.extend(_generate(cls, config, seed, capacity, horizon, weights, phases,
                                    researchers, team_gpus))
     workloads.sort(key=lambda w: (w.submit_at, w.workload))
-    return SourceOutput(nodes=nodes, workloads=workloads)
+    squatters = _squatters(config.squatting, seed, researchers) if config.squatting else []
+    return SourceOutput(nodes=nodes, workloads=workloads, squatters=squatters,
+                        squat=config.squatting)
+
+
+def _squatters(cfg: SquatConfig, seed: int,
+               researchers: dict[str, list[tuple[str, str]]]) -> list[SquatterSpec]:
+    """Who squats: ``round(share x researchers)`` of each team, each with a hold size and a start.
+
+    A squatter takes their hold at a random moment of the first working day
+    (08:00-12:00), so the holds do not all arrive in the same second.
+    """
+    if not 0 <= cfg.share <= 1:
+        raise GeneratorError(f"squatting.share must be within [0, 1], got {cfg.share}")
+    gw = cfg.gpus_weights or [1.0] * len(cfg.gpus)
+    if len(gw) != len(cfg.gpus) or not cfg.gpus:
+        raise GeneratorError("squatting.gpus_weights must match squatting.gpus")
+    if cfg.hold_s < 1:
+        raise GeneratorError("squatting.hold_s must be positive")
+    rng = random.Random(f"{seed}:squatters")
+    out = []
+    for team in sorted(researchers):
+        members = researchers[team]
+        for leaf, user in sorted(rng.sample(members, round(cfg.share * len(members)))):
+            gpus = rng.choices(cfg.gpus, weights=gw)[0]
+            out.append(SquatterSpec(user=user, budget=leaf, gpus=gpus,
+                                    first_at=8 * 3600 + rng.randrange(4 * 3600)))
+    return out
 
 
 def _entitlements(nodes: list[BudgetNodeSpec]) -> dict[str, float]:
@@ -214,6 +247,14 @@ def _generate(
         allowed = [(g, w) for g, w in zip(cls.gpus, gw, strict=True)
                    if not cap_k or g <= cap_k * team_gpus[team] or g == smallest]
         sizes[team] = ([g for g, _ in allowed], [w for _, w in allowed])
+    # The preemption cost is drawn from its own stream, so adding it leaves every
+    # other draw (and so the workloads of a scenario without it) unchanged.
+    cost_rng = random.Random(f"{seed}:class:{cls.kind}:cost")
+    if cls.checkpoint_interval_s is not None and cls.checkpoint_interval_s < 1:
+        raise GeneratorError(f"class {cls.kind}: checkpoint_interval_s must be positive")
+    if cls.restart_overhead_s < 0 or not 0 <= cls.resubmit <= 1:
+        raise GeneratorError(f"class {cls.kind}: restart_overhead_s must be >= 0 and resubmit "
+                             f"within [0, 1]")
     out = []
     for i in range(count):
         team = rng.choices(teams, weights=team_weights)[0]
@@ -230,6 +271,7 @@ def _generate(
         mr = rng.randint(lo, hi) if hi > 0 else 0
         mr = (mr // 60) * 60 if mr >= 60 else mr
         prio = rng.choices((-1, 0, 1), weights=cls.priority_weights)[0]
+        resumable = rng.random() < cls.resumable
         out.append(WorkloadSpec(
             workload=f"{cls.kind}-{i:06d}",
             submit_at=submit_at,
@@ -238,10 +280,13 @@ def _generate(
             gpus=gpus,
             hosts=hosts,
             min_runtime_s=mr,
-            resumable=rng.random() < cls.resumable,
+            resumable=resumable,
             priority=prio,
             kind=cls.kind,
             duration_s=dur,
             patience_s=cls.patience_s,
+            checkpoint_interval_s=cls.checkpoint_interval_s if resumable else None,
+            restart_overhead_s=cls.restart_overhead_s if resumable else 0,
+            resubmit=not resumable and cls.resubmit > 0 and cost_rng.random() < cls.resubmit,
         ))
     return out
