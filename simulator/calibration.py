@@ -271,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, help="processes (default: one per core)")
     ap.add_argument("--horizon-days", type=float, help="override the simulated span")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--values", action="store_true", help="also print each seed's value")
     args = ap.parse_args(argv)
     try:
         scenario = load_scenario(args.scenario)
@@ -292,7 +293,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'':{width}s}  " + "  ".join(f"{p:>24s}" for p in policies))
     for key, label, unit in ROWS:
         cells = [format_interval(report.stats[p].get(key), unit) for p in policies]
-        print(f"{label:{width}s}  " + "  ".join(f"{c:>24s}" for c in cells))
+        line = f"{label:{width}s}  " + "  ".join(f"{c:>24s}" for c in cells)
+        if args.values:
+            for p in policies:
+                iv = report.stats[p].get(key)
+                scale = 100 if unit == "pct" else 1
+                line += "  [" + " ".join(f"{scale * v:.3g}" for v in (iv.values if iv else ())) + "]"
+        print(line)
     if args.json:
         args.json.write_text(json.dumps(report.to_builtins(), indent=2, sort_keys=True) + "\n")
     return 0

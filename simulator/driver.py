@@ -11,7 +11,7 @@ a resumable victim keeps the work up to its last checkpoint (every
 ``checkpoint_interval_s`` of run time from the run's start; continuously if
 unset) and its next run first spends ``restart_overhead_s``; a victim that
 cannot resume loses its whole run, and its owner resubmits it from scratch if
-its ``resubmit`` flag says so (a new workload ``<first id>-r<n>`` whose
+its ``resubmits`` count allows (a new workload ``<first id>-r<n>`` whose
 submission names the one it re-runs in ``resubmit_of``). ``SimResult`` counts
 the GPU-seconds lost that way, the ground truth the audit's figure is checked
 against.
@@ -241,7 +241,8 @@ class Simulation:
             resubmissions[first] = n
             again = msgspec.structs.replace(spec, workload=f"{first}-r{n}",
                                             submit_at=t + RESUBMIT_DELAY_S,
-                                            resubmit_of=spec.workload)
+                                            resubmit_of=spec.workload,
+                                            resubmits=spec.resubmits - 1)
             first_of[again.workload] = first
             specs[again.workload] = again
             remaining[again.workload] = max(1, again.duration_s)
@@ -291,7 +292,7 @@ class Simulation:
                         wanted -= spec.gpus
                         if wid in hold_of:
                             ended(wid, t)
-                        elif spec.resubmit:
+                        elif spec.resubmits > 0:
                             resubmit(spec, t)
                 elif type(d) is HostDrained:
                     push(t + sc.faults.repair_s, REPAIR, d.host)

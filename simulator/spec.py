@@ -38,11 +38,11 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # workload checkpoints every ``checkpoint_interval_s`` of run time counted
     # from each start (None: continuously) and a resumed run first spends
     # ``restart_overhead_s``; a preempted one that cannot resume is resubmitted
-    # by its owner if ``resubmit`` (a new id ``<id>-r<n>``, ``resubmit_of``
-    # naming the one it re-runs), from scratch.
+    # by its owner up to ``resubmits`` times (each a new id ``<first id>-r<n>``,
+    # ``resubmit_of`` naming the one it re-runs), from scratch.
     checkpoint_interval_s: int | None = None
     restart_overhead_s: int = 0
-    resubmit: bool = False
+    resubmits: int = 0
     resubmit_of: str | None = None
 
 

@@ -87,7 +87,7 @@ def test_resumable_victim_without_checkpoints_loses_only_the_restart(tmp_path: P
 
 def test_non_resumable_victim_loses_its_run_and_is_resubmitted(tmp_path: Path) -> None:
     """A new workload eval-r1, linked by resubmit_of, re-runs all 3,600 s from scratch."""
-    result, seen = run(tmp_path, "resubmit = true\n")
+    result, seen = run(tmp_path, "resubmits = 1\n")
     assert ("workload.preempted" in [tag for _, tag in seen["eval"]]
             and seen["eval"][-1][1] == "workload.preempted")
     again = [e for e in result.log if type(e).__struct_config__.tag == "workload.submitted"
@@ -106,7 +106,7 @@ def test_non_resumable_victim_without_resubmit_just_ends(tmp_path: Path) -> None
 
 def test_resubmissions_of_resubmissions_count_from_the_first(tmp_path: Path) -> None:
     """eval is preempted at 1,000 s and eval-r1 at 2,000 s: the second one is eval-r2."""
-    extra = """resubmit = true
+    extra = """resubmits = 2
 [[sources.workloads]]
 workload = "debug2"
 submit_at = 2000
@@ -122,6 +122,24 @@ duration_s = 300
             if type(e).__struct_config__.tag == "workload.submitted"}
     assert subs["eval-r1"] == "eval" and subs["eval-r2"] == "eval-r1"
     assert seen["eval-r2"][-1] == (2300 + 3600, "workload.finished")
+
+
+def test_an_owner_gives_up_after_the_resubmissions_allowed(tmp_path: Path) -> None:
+    """With one resubmission allowed, eval-r1 preempted at 2,000 s is not resubmitted again."""
+    extra = """resubmits = 1
+[[sources.workloads]]
+workload = "debug2"
+submit_at = 2000
+budget = "lab/a"
+user = "alice"
+gpus = 8
+min_runtime_s = 300
+kind = "debug"
+duration_s = 300
+"""
+    result, seen = run(tmp_path, extra)
+    assert "eval-r1" in seen and "eval-r2" not in seen and result.resubmitted == 1
+    assert seen["eval-r1"][-1][1] == "workload.preempted"
 
 
 def test_the_submission_carries_the_cost_and_the_fold_keeps_it(tmp_path: Path) -> None:

@@ -73,3 +73,28 @@ def test_seeds_differ_and_processes_agree_with_one_process() -> None:
     events = one.stats["allot"]["events"]
     assert events.n == 2 and events.values == tuple(float(r.figures["events"]) for r in one.runs)
     assert "policy" not in one.stats["allot"]  # text is not a figure
+
+
+def test_allot_simulate_seeds_writes_intervals(tmp_path: Path) -> None:
+    """The command line: two seeds of half a demo day, audited, summarised in seeds.json."""
+    import json
+
+    from allot.cli import main
+
+    out = tmp_path / "out"
+    code = main(["simulate", str(REPO / "scenarios" / "demo.toml"), "--seeds", "2", "--workers", "1",
+                 "--horizon-days", "0.5", "--policy", "allot", "--out", str(out)])
+    assert code == 0
+    doc = json.loads((out / "seeds.json").read_text())
+    assert doc["seeds"] == [7, 8] and [r["seed"] for r in doc["runs"]] == [7, 8]
+    occ = doc["stats"]["allot"]["occupancy"]
+    assert occ["n"] == 2 and occ["low"] <= occ["mean"] <= occ["high"]
+    assert occ["values"] == [r["figures"]["occupancy"] for r in doc["runs"]]
+
+
+def test_allot_simulate_refuses_zero_seeds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from allot.cli import main
+
+    assert main(["simulate", str(REPO / "scenarios" / "demo.toml"), "--seeds", "0",
+                 "--out", str(tmp_path)]) == 2
+    assert "--seeds" in capsys.readouterr().err

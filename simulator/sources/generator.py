@@ -59,11 +59,18 @@ class ClassConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     priority_weights: tuple[float, float, float] = (0.1, 0.2, 0.7)  # LOW, NORMAL, HIGH
     patience_s: int | None = None
     diurnal: float = 0.0             # 0: flat; 0.5: day rate 1.5x, night 0.5x
+    # The working week, counted from t = 0 as a Monday 00:00: weekends run at
+    # (1 - weekly) and weekdays at (1 + 2/5 weekly), so the weekly mean stays 1.
+    weekly: float = 0.0
     bursty: bool = True              # follows the team's busy/quiet phases
     # --- the cost of a preemption (issue 9), drawn apart from the rest ---------
     checkpoint_interval_s: int | None = None  # resumable workloads checkpoint this often
     restart_overhead_s: int = 0      # a resumed run spends this long before progressing
     resubmit: float = 0.0            # probability the owner resubmits a victim that cannot resume
+    resubmit_limit: int = 2          # ... at most this many times
+    # A non-resumable workload makes progress only if it runs to the end, so its
+    # owner asks for its whole run as minimum runtime (within the class's range).
+    protect_whole_run: bool = False
 
 
 class Config(msgspec.Struct, frozen=True, kw_only=True, tag="generator", forbid_unknown_fields=True):
@@ -79,6 +86,10 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, tag="generator", forbid_
     # than this multiple of its entitlement in GPUs (its smallest size always
     # stays allowed). 0 turns the cap off.
     max_size_vs_entitlement: float = 2.0
+    # Draw workloads until each class's offered GPU-time reaches its load exactly,
+    # instead of a count from the class's mean size (which the size cap, the
+    # clipping and the tails make too small or too large).
+    exact_load: bool = False
     phase_mean_s: int = 2 * DAY       # mean length of a busy or quiet phase
     user_prefix: str = "u"
     # --- people under the old scheduler (issue 9) -------------------------------
@@ -198,6 +209,11 @@ def _diurnal(t: int, amplitude: float) -> float:
     return 1 + amplitude * math.cos(2 * math.pi * ((t % DAY) / DAY - 14 / 24))
 
 
+def _weekly(t: int, amplitude: float) -> float:
+    # Days 5 and 6 of each week from t = 0 are the weekend.
+    return 1 - amplitude if (t // DAY) % 7 >= 5 else 1 + amplitude * 2 / 5
+
+
 def _generate(
     cls: ClassConfig,
     config: Config,
@@ -236,6 +252,8 @@ def _generate(
             m = ph[bisect.bisect_right(starts, t) - 1][1] if cls.bursty else 1.0
             if cls.diurnal:
                 m *= _diurnal(t, cls.diurnal)
+            if cls.weekly:
+                m *= _weekly(t, cls.weekly)
             total += m
             cum.append(total)
         cum_by_team[team] = cum
@@ -255,8 +273,16 @@ def _generate(
     if cls.restart_overhead_s < 0 or not 0 <= cls.resubmit <= 1:
         raise GeneratorError(f"class {cls.kind}: restart_overhead_s must be >= 0 and resubmit "
                              f"within [0, 1]")
+    if not 0 <= cls.weekly <= 1:
+        raise GeneratorError(f"class {cls.kind}: weekly must be within [0, 1]")
+    if cls.resubmit_limit < 0:
+        raise GeneratorError(f"class {cls.kind}: resubmit_limit must be >= 0")
+    target = cls.load * capacity * horizon if config.exact_load else None
+    offered = 0
     out = []
-    for i in range(count):
+    i = -1
+    while (offered < target) if target is not None else (i + 1 < count):
+        i += 1
         team = rng.choices(teams, weights=team_weights)[0]
         cum = cum_by_team[team]
         u = rng.random() * cum[-1]
@@ -272,6 +298,9 @@ def _generate(
         mr = (mr // 60) * 60 if mr >= 60 else mr
         prio = rng.choices((-1, 0, 1), weights=cls.priority_weights)[0]
         resumable = rng.random() < cls.resumable
+        if cls.protect_whole_run and not resumable and hi > 0:
+            mr = max(lo, min(hi, dur // 60 * 60 if dur >= 60 else dur))
+        offered += gpus * dur
         out.append(WorkloadSpec(
             workload=f"{cls.kind}-{i:06d}",
             submit_at=submit_at,
@@ -287,6 +316,7 @@ def _generate(
             patience_s=cls.patience_s,
             checkpoint_interval_s=cls.checkpoint_interval_s if resumable else None,
             restart_overhead_s=cls.restart_overhead_s if resumable else 0,
-            resubmit=not resumable and cls.resubmit > 0 and cost_rng.random() < cls.resubmit,
+            resubmits=(cls.resubmit_limit if not resumable and cls.resubmit > 0
+                       and cost_rng.random() < cls.resubmit else 0),
         ))
     return out
