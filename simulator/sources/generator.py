@@ -90,6 +90,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, tag="generator", forbid_
     # instead of a count from the class's mean size (which the size cap, the
     # clipping and the tails make too small or too large).
     exact_load: bool = False
+    # Split each class's GPU-time (not its job count) by entitlement x demand:
+    # a team whose size cap leaves it only small jobs submits more of them.
+    split_gpu_time: bool = False
     phase_mean_s: int = 2 * DAY       # mean length of a busy or quiet phase
     user_prefix: str = "u"
     # --- people under the old scheduler (issue 9) -------------------------------
@@ -275,6 +278,12 @@ def _generate(
                              f"within [0, 1]")
     if not 0 <= cls.weekly <= 1:
         raise GeneratorError(f"class {cls.kind}: weekly must be within [0, 1]")
+    if config.split_gpu_time:
+        # Team draws weighted by entitlement x demand / the team's mean size, so
+        # each team's expected GPU-time is in proportion to entitlement x demand.
+        team_weights = [
+            w / (sum(g * x for g, x in zip(*sizes[t], strict=True)) / sum(sizes[t][1]))
+            for t, w in zip(teams, team_weights, strict=True)]
     if cls.resubmit_limit < 0:
         raise GeneratorError(f"class {cls.kind}: resubmit_limit must be >= 0")
     target = cls.load * capacity * horizon if config.exact_load else None
