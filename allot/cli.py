@@ -6,26 +6,37 @@
     allot demo                the embedded default: a small scenario end to end
     allot schema              write (or --check) the published JSON Schema of every event
 
-Every command has ``--help``. Errors print one line and exit with status 2.
+Every command has ``--help``. Errors print one line and exit with status 2:
+every deliberate error of allot is an ``events.errors.AllotError`` (a bad
+scenario, a malformed log line, a bad option), and a file that cannot be read
+(missing, a directory, no permission, not UTF-8) is reported the same way.
+Anything else escaping is a bug, and shows its traceback.
+
+Values from files (workload ids, budget paths, reasons) are printed through
+rich with their markup escaped, so an id such as ``a[/]train`` prints as is.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import msgspec
 from rich.console import Console
+from rich.markup import escape
+
+from allot.errors import CliError
+from events.errors import AllotError
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_SCENARIO = REPO / "scenarios" / "demo.toml"
+EXIT_ERROR = 2
 
-
-class CliError(Exception):
-    """A user-facing error: printed as one line, exit status 2."""
+__all__ = ["CliError", "build_parser", "main"]
 
 
 def _knob(text: str) -> tuple[str, Any]:
@@ -40,7 +51,7 @@ def _knob(text: str) -> tuple[str, Any]:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from simulator.run import POLICIES, apply_overrides, run_scenario
+    from allot.simulate import POLICIES, apply_overrides, run_scenario
     from simulator.scenario import load_scenario
 
     policies = POLICIES if args.policy == "both" else (args.policy,)
@@ -60,10 +71,14 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    from events import MalformedEvent
     from scheduler.explain import UnknownWorkload, explain
     from scheduler.replay import fold_log, numbered
 
-    engine = fold_log((e for _, e in numbered(args.log)), until=args.at)
+    try:
+        engine = fold_log((e for _, e in numbered(args.log)), until=args.at)
+    except MalformedEvent as exc:
+        raise CliError(f"{args.log}: {exc}") from exc
     if engine.state.position == 0:
         raise CliError(f"{args.log}: the log is empty")
     try:
@@ -75,15 +90,15 @@ def _explain(args: argparse.Namespace) -> int:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(exp)).decode() + "\n")
         return 0
     con = Console()
-    con.print(f"[bold]{exp.workload}[/] ({exp.kind}, {exp.gpus} GPUs as {exp.shape}, "
-              f"min runtime {exp.min_runtime_s} s, "
-              f"{'resumable' if exp.resumable else 'not resumable'}) in [bold]{exp.budget}[/]: "
-              f"[bold]{exp.status}[/] at {exp.now}")
+    con.print(f"[bold]{escape(exp.workload)}[/] ({escape(exp.kind)}, {exp.gpus} GPUs as "
+              f"{escape(exp.shape)}, min runtime {exp.min_runtime_s} s, "
+              f"{'resumable' if exp.resumable else 'not resumable'}) in "
+              f"[bold]{escape(exp.budget)}[/]: [bold]{escape(exp.status)}[/] at {exp.now}")
     if exp.blocked_by:
-        con.print(f"blocked by: [bold red]{exp.blocked_by}[/]"
+        con.print(f"blocked by: [bold red]{escape(exp.blocked_by)}[/]"
                   + (f" until {exp.until}" if exp.until else ""))
     for line in exp.summary:
-        con.print(f"- {line}")
+        con.print(f"- {escape(line)}")
     return 0
 
 
@@ -101,6 +116,9 @@ def _replay(args: argparse.Namespace) -> int:
     dt = time.perf_counter() - t0
     if args.json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(result)).decode() + "\n")
+    elif result.divergence is not None and result.divergence.kind == "malformed":
+        # Not a log at all from that line on: an error, though the status stays replay's 1.
+        print(f"allot: {args.log}: {_one_line(result.divergence.detail)}", file=sys.stderr)
     elif result.ok:
         Console().print(f"[green]identical[/]: {result.inputs:,} inputs re-derive all "
                         f"{result.decisions:,} recorded decisions ({result.events:,} events, "
@@ -108,8 +126,9 @@ def _replay(args: argparse.Namespace) -> int:
     else:
         d = result.divergence
         assert d is not None
-        Console().print(f"[red]diverged[/] at line {d.line} ({d.kind}"
-                        + (f", event {d.event_id}" if d.event_id else "") + f"): {d.detail}")
+        Console().print(f"[red]diverged[/] at line {d.line} ({escape(d.kind)}"
+                        + (f", event {escape(d.event_id)}" if d.event_id else "")
+                        + f"): {escape(d.detail)}")
     return 0 if result.ok else 1
 
 
@@ -121,8 +140,8 @@ def _schema(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     """Simulate the demo scenario under both policies, explain a few decisions, replay-check."""
+    from allot.simulate import run_scenario
     from scheduler.replay import verify_file as replay_file
-    from simulator.run import run_scenario
 
     con = Console()
     out = Path(args.out)
@@ -133,10 +152,11 @@ def _demo(args: argparse.Namespace) -> int:
     _show_decisions(log, con)
     con.rule("[bold]replay: re-derive every decision from the log")
     result = replay_file(log)
-    verdict = "[green]identical[/]" if result.ok else f"[red]diverged: {result.divergence}[/]"
+    verdict = ("[green]identical[/]" if result.ok
+               else f"[red]diverged: {escape(str(result.divergence))}[/]")
     con.print(f"{result.inputs:,} inputs re-derive {result.decisions:,} decisions: {verdict}")
-    con.print(f"\nNext: open {out / 'report.html'}, or query the audit with\n"
-              f"  allot audit sql --db {out / 'sim.duckdb'} \"SELECT * FROM preemptions\"")
+    con.print(escape(f"\nNext: open {out / 'report.html'}, or query the audit with\n"
+                     f"  allot audit sql --db {out / 'sim.duckdb'} \"SELECT * FROM preemptions\""))
     return 0 if result.ok else 1
 
 
@@ -156,16 +176,17 @@ def _show_decisions(log: Path, con: Console) -> None:
         shown.add(key)
         if tag == "workload.preempted":
             s = subs[e.workload]
-            con.print(f"- {e.workload} ({s.kind}, {s.gpus} GPUs, {s.budget}) preempted: "
-                      f"[bold]{e.reason}[/] by {e.by}; "
+            con.print(f"- {escape(e.workload)} ({escape(s.kind)}, {s.gpus} GPUs, "
+                      f"{escape(s.budget)}) preempted: [bold]{escape(e.reason)}[/] by "
+                      f"{escape(str(e.by))}; "
                       f"{'requeued' if e.requeued else 'ended (not resumable)'}")
         elif tag == "workload.reserved":
-            con.print(f"- {e.workload} reserved {len(e.hosts)} host(s) until {e.until} "
+            con.print(f"- {escape(e.workload)} reserved {len(e.hosts)} host(s) until {e.until} "
                       f"so it cannot starve behind protected work")
         elif tag == "host.drained":
-            con.print(f"- host {e.host} drained for automated repair")
+            con.print(f"- host {escape(e.host)} drained for automated repair")
         else:
-            con.print(f"- {e.workload} rejected: {e.reason} ({e.detail})")
+            con.print(escape(f"- {e.workload} rejected: {e.reason} ({e.detail})"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -206,6 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_replay)
 
+    from streams.cli import register as register_streams
+
+    register_streams(sub)  # allot worker, allot journal export
+
     p = sub.add_parser("explain", help="why a workload is where it is",
                        description="Fold LOG (up to --at) and explain WORKLOAD: its fair-share "
                                    "key level by level, its place in line, and what blocks it.")
@@ -230,18 +255,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    from events import MalformedEvent
-    from simulator.scenario import ScenarioError
+def _one_line(text: str) -> str:
+    """The first line of ``text``, printable (a message from a file may hold anything)."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
 
+
+def _os_message(exc: OSError) -> str:
+    """``PATH: what is wrong`` for a file that cannot be opened or read."""
+    what = {FileNotFoundError: "no such file", IsADirectoryError: "is a directory",
+            NotADirectoryError: "a part of the path is not a directory",
+            PermissionError: "permission denied"}.get(type(exc))
+    what = what or (exc.strerror or str(exc)).lower()
+    return f"{exc.filename}: {what}" if exc.filename else what
+
+
+def _fail(message: str) -> int:
+    print(f"allot: {_one_line(message) or 'error'}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; return the exit status (errors: one line on stderr, status 2)."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (CliError, ScenarioError, MalformedEvent) as exc:
-        print(f"allot: {exc}", file=sys.stderr)
-        return 2
-    except FileNotFoundError as exc:
-        print(f"allot: {exc.filename or exc}: no such file", file=sys.stderr)
-        return 2
+    except AllotError as exc:
+        return _fail(str(exc))
+    except BrokenPipeError:
+        # The reader of our output went away (``allot ... | head``): not an error of ours.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - so the final flush cannot fail
+        return 1
+    except OSError as exc:
+        return _fail(_os_message(exc))
+    except UnicodeDecodeError as exc:
+        return _fail(f"a file is not UTF-8 text ({exc.reason} at byte {exc.start})")
     except KeyboardInterrupt:
         return 130

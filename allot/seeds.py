@@ -90,10 +90,18 @@ def render(report: SeedReport, duration: Any) -> Table:
 def run_multi_seed(path: Path, scenario: Scenario, policies: Sequence[str], out: Path, seeds: int,
                    *, workers: int | None = None, console: Console | None = None) -> SeedReport:
     """Simulate ``seeds`` seeds from the scenario's own, audit each run, print and write the summary."""
+    from allot.simulate import output_dir
     from audit.report import _dur as duration
+    from simulator.driver import load_sources
+    from simulator.scenario import ScenarioError
+    from simulator.sources.generator import GeneratorError
 
     console = console or Console(stderr=True)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(out)
+    try:  # a bad source fails here, in one line, not in every worker
+        load_sources(scenario, path.parent)
+    except GeneratorError as exc:
+        raise ScenarioError(f"{path}: generator source: {exc}") from exc
     first = scenario.seed
     console.print(f"[bold]{scenario.name}[/]: {seeds} seeds ({first}..{first + seeds - 1}) x "
                   f"{len(policies)} policies, {workers or 'one per core'} worker process(es)")

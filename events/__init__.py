@@ -32,6 +32,7 @@ from events.union import (
     AnyEvent,
     tag_of,
 )
+from events.values import problem
 from events.workload import (
     PreemptionReason,
     RejectReason,
@@ -53,5 +54,5 @@ __all__ = [
     "MalformedEvent", "PolicyConfigured", "PreemptionReason", "RejectReason", "Slot",
     "WorkloadCancelled", "WorkloadFinished", "WorkloadKind", "WorkloadPreempted",
     "WorkloadRejected", "WorkloadReserved", "WorkloadStarted", "WorkloadSubmitted", "decode", "encode",
-    "encode_lines", "iter_lines", "read_log", "tag_of", "write_log",
+    "encode_lines", "iter_lines", "problem", "read_log", "tag_of", "write_log",
 ]

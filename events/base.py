@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import msgspec
 
+from events.limits import Int64, Shares, Text, Time
+
 # Every event type starts at version 1. A version is bumped only for a breaking
 # change, and then an upcaster in events/codec.py lifts old payloads.
 SCHEMA_VERSION = 1
@@ -27,24 +29,24 @@ SCHEMA_VERSION = 1
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     """Base of every event: the envelope. Never instantiated directly."""
 
-    id: str
-    at: int
-    cluster: str = "default"
-    actor: str = "unknown"
-    source: str = "unknown"
-    cause: str | None = None
-    v: int = SCHEMA_VERSION
+    id: Text
+    at: Time
+    cluster: Text = "default"
+    actor: Text = "unknown"
+    source: Text = "unknown"
+    cause: Text | None = None
+    v: Int64 = SCHEMA_VERSION
 
 
 class Slot(msgspec.Struct, frozen=True, kw_only=True):
     """GPUs a workload holds on one host."""
 
-    host: str
-    gpus: int
+    host: Text
+    gpus: Int64
 
 
 class ChildShare(msgspec.Struct, frozen=True, kw_only=True):
     """One child's proportional share under a budget node (a plain integer weight)."""
 
-    child: str
-    shares: int
+    child: Text
+    shares: Shares

@@ -10,28 +10,29 @@ ancestor of it) may define children under it or change their shares.
 from __future__ import annotations
 
 from events.base import ChildShare, Event
+from events.limits import Array, Shares, Text
 
 
 class BudgetNodeDefined(Event, kw_only=True, tag="budget.node_defined"):
     """A budget node exists, with its managers and its share under its parent."""
 
-    path: str
-    managers: tuple[str, ...] = ()
-    shares: int = 1
+    path: Text
+    managers: Array[Text] = ()
+    shares: Shares = 1
 
 
 class BudgetSharesSet(Event, kw_only=True, tag="budget.shares_set"):
     """The shares of some children of ``parent`` change (children not listed keep theirs)."""
 
-    parent: str
-    shares: tuple[ChildShare, ...]
+    parent: Text
+    shares: Array[ChildShare]
 
 
 class BudgetEditRejected(Event, kw_only=True, tag="budget.edit_rejected"):
     """A budget edit (``cause``) was refused, and why."""
 
-    reason: str
-    detail: str = ""
+    reason: Text
+    detail: Text = ""
 
 
 class BudgetEditReason:

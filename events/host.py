@@ -10,21 +10,22 @@ from __future__ import annotations
 from typing import Literal
 
 from events.base import Event
+from events.limits import HostGpus, Text
 
 
 class HostAdded(Event, kw_only=True, tag="host.added"):
     """A host joins the cluster, healthy, with its GPUs and topology labels."""
 
-    host: str
-    gpus: int = 8
-    rack: str | None = None
-    block: str | None = None
+    host: Text
+    gpus: HostGpus = 8
+    rack: Text | None = None
+    block: Text | None = None
 
 
 class HostRemoved(Event, kw_only=True, tag="host.removed"):
     """A host leaves the cluster (refused while workloads run on it)."""
 
-    host: str
+    host: Text
 
 
 class HostFaulted(Event, kw_only=True, tag="host.faulted"):
@@ -34,18 +35,18 @@ class HostFaulted(Event, kw_only=True, tag="host.faulted"):
     (unallocated ones at once). ``failed``: workloads end at once.
     """
 
-    host: str
+    host: Text
     severity: Literal["degraded", "failed"]
-    reason: str = ""
+    reason: Text = ""
 
 
 class HostDrained(Event, kw_only=True, tag="host.drained"):
     """A faulty host is empty and goes to automated repair."""
 
-    host: str
+    host: Text
 
 
 class HostRepaired(Event, kw_only=True, tag="host.repaired"):
     """A host is healthy again and takes work."""
 
-    host: str
+    host: Text

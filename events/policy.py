@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 from events.base import Event
+from events.limits import Duration, HostGpus, Int64
 
 DAY_S = 86_400
 HOUR_S = 3_600
@@ -22,32 +23,32 @@ class PolicyConfigured(Event, kw_only=True, tag="policy.configured"):
     # scheduler kept as a baseline for side-by-side simulation.
     scheduler: Literal["allot", "baseline"] = "allot"
     # Fair-share lookback: usage older than this no longer counts.
-    window_s: int = 7 * DAY_S
+    window_s: Duration = 7 * DAY_S
     # Usage is kept in buckets of this width so cost does not grow with history;
     # the window is therefore exact to one bucket.
-    bucket_s: int = HOUR_S
+    bucket_s: Duration = HOUR_S
     # Longest minimum runtime (protection) a workload may ask for.
-    min_runtime_cap_s: int = 8 * HOUR_S
+    min_runtime_cap_s: Duration = 8 * HOUR_S
     # GPUs per host; multi-host workloads are gangs of hosts of this size.
-    host_gpus: int = 8
+    host_gpus: HostGpus = 8
     # Depth of the budget tree at which "teams" sit (root = 0). The baseline's
     # per-team non-preemptible limit and the audit's owed/received use it.
-    team_depth: int = 2
+    team_depth: Int64 = 2
     # Bounded work per cycle (as Slurm's default_queue_depth and Kueue's
     # heads-only cycle): pending workloads examined per leaf, and preemption
     # searches per cycle. Whatever is not examined waits for the next cycle.
-    queue_depth: int = 64
-    preemption_searches: int = 32
+    queue_depth: Int64 = 64
+    preemption_searches: Int64 = 32
     # How many blocked workloads may hold a reservation (anti-starvation for gangs).
-    reservations: int = 1
+    reservations: Int64 = 1
     # Fair-share usage is evaluated at ``now`` rounded down to this period (as
     # Slurm's PriorityCalcPeriod): the order cannot drift between two moments of
     # one period, which makes a cycle with no new events provably idle.
-    fair_share_period_s: int = 300
+    fair_share_period_s: Duration = 300
     # Event ids are remembered this long for deduplication.
-    dedupe_window_s: int = DAY_S
+    dedupe_window_s: Duration = DAY_S
     # How far ahead of the trusted clock an input's ``at`` may be. The live
     # clock ticks once a second and producers' clocks drift, so a little
     # slack; more would let a producer pull time forward (protections end at
     # now), so anything later is rejected as ``future_time``.
-    clock_skew_s: int = 30
+    clock_skew_s: Duration = 30

@@ -11,13 +11,14 @@ cluster) are not answered here: they are refused before the journal
 from __future__ import annotations
 
 from events.base import Event
+from events.limits import Text
 
 
 class InputRejected(Event, kw_only=True, tag="input.rejected"):
     """An input (``cause``) was refused, and why."""
 
-    reason: str
-    detail: str = ""
+    reason: Text
+    detail: Text = ""
 
 
 class InputReason:

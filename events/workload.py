@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from msgspec import Meta
 
 from events.base import Event, Slot
+from events.limits import INT64_MAX, Array, Int64, Text
 
 
 class WorkloadKind:
@@ -35,43 +36,43 @@ class WorkloadSubmitted(Event, kw_only=True, tag="workload.submitted"):
     ``expected_duration_s`` is for simulation only; the scheduler never reads it.
     """
 
-    workload: str
-    budget: str
-    user: str
-    gpus: int
-    hosts: int = 1
-    gpus_per_host: int | None = None
-    min_runtime_s: int
+    workload: Text
+    budget: Text
+    user: Text
+    gpus: Int64
+    hosts: Int64 = 1
+    gpus_per_host: Int64 | None = None
+    min_runtime_s: Int64
     resumable: bool = False
-    priority: int = 0
-    kind: str = WorkloadKind.TRAINING
-    expected_duration_s: int | None = None
+    priority: Int64 = 0
+    kind: Text = WorkloadKind.TRAINING
+    expected_duration_s: Int64 | None = None
     # The cost of preempting it (optional; read by the victim cost and the audit).
     # A resumable workload checkpoints every ``checkpoint_interval_s`` seconds of
     # run time counted from each start (None: continuously), and a resumed run
     # spends ``restart_overhead_s`` before it makes progress again. So a
     # preemption after ``ran`` seconds loses ``ran % checkpoint_interval_s +
     # restart_overhead_s`` seconds of work if resumable, all ``ran`` if not.
-    checkpoint_interval_s: Annotated[int, Meta(ge=1)] | None = None
-    restart_overhead_s: Annotated[int, Meta(ge=0)] = 0
+    checkpoint_interval_s: Annotated[int, Meta(ge=1, le=INT64_MAX)] | None = None
+    restart_overhead_s: Annotated[int, Meta(ge=0, le=INT64_MAX)] = 0
     # Set on a resubmission: the workload this one re-runs after that one was
     # preempted without being resumable (so the audit can link the two).
-    resubmit_of: str | None = None
+    resubmit_of: Text | None = None
 
 
 class WorkloadCancelled(Event, kw_only=True, tag="workload.cancelled"):
     """The owner (or a manager of its budget) withdraws a pending or running workload."""
 
-    workload: str
-    reason: str = ""
+    workload: Text
+    reason: Text = ""
 
 
 class WorkloadRejected(Event, kw_only=True, tag="workload.rejected"):
     """A submission (``cause``) was refused, and why."""
 
-    workload: str
-    reason: str
-    detail: str = ""
+    workload: Text
+    reason: Text
+    detail: Text = ""
 
 
 class WorkloadStarted(Event, kw_only=True, tag="workload.started"):
@@ -82,10 +83,10 @@ class WorkloadStarted(Event, kw_only=True, tag="workload.started"):
     opted out of preemption (protected until they end).
     """
 
-    workload: str
-    placement: tuple[Slot, ...]
+    workload: Text
+    placement: Array[Slot]
     allocated: bool
-    protected_until: int | None
+    protected_until: Int64 | None
 
 
 class WorkloadReserved(Event, kw_only=True, tag="workload.reserved"):
@@ -97,9 +98,9 @@ class WorkloadReserved(Event, kw_only=True, tag="workload.reserved"):
     A later reservation for the same workload replaces this one.
     """
 
-    workload: str
-    hosts: tuple[str, ...]
-    until: int
+    workload: Text
+    hosts: Array[Text]
+    until: Int64
 
 
 PreemptionReason = Literal[
@@ -119,16 +120,16 @@ class WorkloadPreempted(Event, kw_only=True, tag="workload.preempted"):
     ``requeued``: resumable workloads go back to the queue; others end here.
     """
 
-    workload: str
+    workload: Text
     reason: PreemptionReason
-    by: str | None = None
+    by: Text | None = None
     requeued: bool
 
 
 class WorkloadFinished(Event, kw_only=True, tag="workload.finished"):
     """The executor reports that a running workload ended by itself."""
 
-    workload: str
+    workload: Text
     outcome: Literal["succeeded", "failed"] = "succeeded"
 
 

@@ -5,7 +5,9 @@ running allocated GPUs) and accrues ``rate x elapsed`` into time buckets
 whenever the rate changes. Usage over the window is the sum of the buckets the
 window covers plus the not-yet-accrued tail, computed read-only so a pure
 decide() can ask for it at any ``now``. Buckets older than the window are
-dropped as accrual passes them, so memory and cost do not grow with history.
+dropped as accrual passes them, so memory and cost do not grow with history,
+and an accrual over a gap longer than the window fills only the buckets the
+window still covers: its cost is at most the window's buckets, whatever the gap.
 
 The window is exact to one bucket: at time ``now`` it covers buckets whose
 index is at least ``(now - window) // bucket + 1``, i.e. between
@@ -101,9 +103,17 @@ class UsageProjection:
             u.snap_at = boundary
             u.snap = self._value_at(u, boundary)
         rate = u.rate
+        kmin = (now - self.window_s) // self.bucket_s + 1
         if rate:
             b = self.bucket_s
             buckets, order = u.buckets, u.order
+            u.lifetime += rate * (now - t)
+            # Buckets before kmin would be dropped below as soon as they were
+            # filled, so start at the window: a gap of any length (an ``at`` of
+            # 2**62, say) costs at most the buckets of one window, and the
+            # result is the same as filling and dropping them.
+            if t < kmin * b:
+                t = kmin * b
             while t < now:
                 k = t // b
                 end = min(now, (k + 1) * b)
@@ -114,10 +124,8 @@ class UsageProjection:
                     buckets[k] = amount
                     order.append(k)
                 u.total += amount
-                u.lifetime += amount
                 t = end
         u.since = now
-        kmin = (now - self.window_s) // self.bucket_s + 1
         order = u.order
         while order and order[0] < kmin:
             u.total -= u.buckets.pop(order.popleft())

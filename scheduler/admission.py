@@ -29,6 +29,7 @@ import re
 from events import DECISION_TYPES, Event, tag_of
 from events.errors import AllotError
 from events.limits import CLUSTER_ID_PATTERN, INPUT_ID_PATTERN
+from events.values import problem
 
 _INPUT_ID = re.compile(INPUT_ID_PATTERN)
 _CLUSTER_ID = re.compile(CLUSTER_ID_PATTERN)
@@ -94,8 +95,4 @@ def _show(value: object, limit: int = 80) -> str:
 
 def _value_problem(e: Event) -> str | None:
     """What a valid record could not hold in ``e`` (see events.values), or None."""
-    try:
-        from events.values import problem
-    except ImportError:  # the value checker lands with the decoder's limits
-        return None
     return problem(e)

@@ -36,7 +36,8 @@ from collections.abc import Callable, Iterable
 
 import msgspec
 
-from events import DECISION_TYPES, ClockTicked, Event, MalformedEvent, decode, tag_of
+from events import DECISION_TYPES, ClockTicked, Event, MalformedEvent, tag_of
+from events.codec import read_numbered
 from events.errors import AllotError
 from scheduler.admission import InputRefused
 from scheduler.engine import Engine
@@ -299,17 +300,7 @@ def verify_log(events: Iterable[tuple[int, Event]],
 
 def numbered(path: str) -> Iterable[tuple[int, Event]]:
     """``(line, event)`` from a JSON-lines log; a malformed line raises MalformedEvent naming it."""
-    with open(path, "rb") as fh:
-        for i, raw in enumerate(fh, 1):
-            raw = raw.strip()
-            if not raw:
-                continue
-            try:
-                yield i, decode(raw)
-            except MalformedEvent as exc:
-                err = MalformedEvent(f"line {i}: {exc.reason}", raw)
-                err.line = i  # type: ignore[attr-defined]
-                raise err from exc
+    return read_numbered(path)
 
 
 def verify_file(path: str, progress: Callable[[int], None] | None = None) -> ReplayResult:
@@ -317,10 +308,9 @@ def verify_file(path: str, progress: Callable[[int], None] | None = None) -> Rep
     try:
         return verify_log(numbered(path), progress)
     except MalformedEvent as exc:
-        line = getattr(exc, "line", None) or 0
         return ReplayResult(events=0, inputs=0, decisions=0, duplicates=0,
-                            divergence=Divergence(line=line, event_id=None, kind="malformed",
-                                                  detail=exc.reason))
+                            divergence=Divergence(line=exc.line or 0, event_id=None,
+                                                  kind="malformed", detail=str(exc)))
 
 
 __all__ = ["Divergence", "JournalError", "JournalFold", "ReplayResult", "fold_log", "numbered",

@@ -123,7 +123,11 @@ class State:
         self.last_id = event.id
         self._seen.add(event.id)
         order = self._seen_order
-        order.append((self.now, event.id))
+        # A tick is the trusted clock itself: remember it at the time it sets. Stamped with
+        # the old now, a fresh state's first tick (now 0) expires at the next record, and a
+        # second ticker's copy of that second is taken again.
+        t = event.at if type(event) is ClockTicked and event.at > self.now else self.now
+        order.append((t, event.id))
         horizon = self.now - self.policy.dedupe_window_s
         while order[0][0] < horizon:
             self._seen.discard(order.popleft()[1])

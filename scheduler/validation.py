@@ -30,7 +30,7 @@ from events import (
     WorkloadFinished,
     WorkloadSubmitted,
 )
-from events.limits import MAX_GPUS_PER_HOST, MAX_HOSTS_PER_CLUSTER, MAX_SHARES
+from events.limits import MAX_GPUS_PER_HOST, MAX_HOSTS_PER_CLUSTER, MAX_SHARES, MAX_WINDOW_BUCKETS
 from projections.budget_tree import parent_of
 from projections.cluster import OK
 from projections.workloads import ENDED, PENDING, RUNNING
@@ -73,6 +73,10 @@ def _policy(state, e: PolicyConfigured) -> Verdict:
         return Reject("input", InputReason.BAD_POLICY, "negative knob")
     if e.window_s < e.bucket_s:
         return Reject("input", InputReason.BAD_POLICY, "window_s must be >= bucket_s")
+    if e.window_s // e.bucket_s > MAX_WINDOW_BUCKETS:
+        # Accrual and memory grow with the buckets a window holds.
+        return Reject("input", InputReason.BAD_POLICY,
+                      f"window_s / bucket_s must be at most {MAX_WINDOW_BUCKETS}")
     if e.bucket_s != state.usage.bucket_s and any(
         u.lifetime or u.rate for u in state.usage.leaves.values()
     ):

@@ -113,7 +113,8 @@ def load_sources(scenario: Scenario, base_dir: Path) -> SourceOutput:
             squatters.extend(out.squatters)
     ids = [w.workload for w in workloads]
     if len(set(ids)) != len(ids):
-        raise ValueError("workload ids are not unique across sources")
+        raise ScenarioError("workload id {!r} is not unique across sources".format(next(
+            a for a, b in zip(sorted(ids), sorted(ids)[1:], strict=False) if a == b)))
     workloads.sort(key=lambda w: (w.submit_at, w.workload))
     return SourceOutput(nodes=list(nodes.values()), workloads=workloads, squatters=squatters,
                         squat=squat)

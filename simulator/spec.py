@@ -9,30 +9,32 @@ only to the simulated executor; the scheduler never sees it.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
+
+from events.limits import INT64_MAX, Int64, Shares, Text
 
 
 class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One simulated workload."""
 
-    workload: str          # unique id
-    submit_at: int         # seconds since the scenario start (t=0)
-    budget: str            # budget leaf path
-    user: str
-    gpus: int
-    hosts: int = 1
-    min_runtime_s: int = 0
+    workload: Text         # unique id
+    submit_at: Int64       # seconds since the scenario start (t=0)
+    budget: Text           # budget leaf path
+    user: Text
+    gpus: Int64
+    hosts: Int64 = 1
+    min_runtime_s: Int64 = 0
     resumable: bool = False
-    priority: int = 0      # allot: order inside the leaf; baseline: LOW(-1)/NORMAL(0)/HIGH(1)
-    kind: str = "training"
-    duration_s: int        # total run time it needs to finish
+    priority: Int64 = 0    # allot: order inside the leaf; baseline: LOW(-1)/NORMAL(0)/HIGH(1)
+    kind: Text = "training"
+    duration_s: Int64      # total run time it needs to finish
     outcome: Literal["succeeded", "failed"] = "succeeded"  # how it ends when it runs to completion
     # The simulated user cancels the workload if it has not started this long
     # after submission (None: waits forever). Open-loop demand needs this, or a
     # queue that is always 2-3x oversubscribed grows without bound.
-    patience_s: int | None = None
+    patience_s: Int64 | None = None
     # The cost of a preemption (the simulated executor's model; sent on the
     # submission so the victim cost and the audit can read it). A resumable
     # workload checkpoints every ``checkpoint_interval_s`` of run time counted
@@ -40,18 +42,18 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # ``restart_overhead_s``; a preempted one that cannot resume is resubmitted
     # by its owner up to ``resubmits`` times (each a new id ``<first id>-r<n>``,
     # ``resubmit_of`` naming the one it re-runs), from scratch.
-    checkpoint_interval_s: int | None = None
-    restart_overhead_s: int = 0
-    resubmits: int = 0
-    resubmit_of: str | None = None
+    checkpoint_interval_s: Annotated[int, msgspec.Meta(ge=1, le=INT64_MAX)] | None = None
+    restart_overhead_s: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)] = 0
+    resubmits: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 0
+    resubmit_of: Text | None = None
 
 
 class BudgetNodeSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One budget node a source needs (e.g. a trace's teams and users)."""
 
-    path: str
-    shares: int = 1
-    managers: tuple[str, ...] = ()
+    path: Text
+    shares: Shares = 1
+    managers: tuple[Text, ...] = ()
 
 
 class SquatterSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

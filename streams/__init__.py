@@ -1,10 +1,9 @@
-"""The live stream processors (Faust on Kafka): not built yet.
+"""The live pipeline on Kafka: the only package that imports aiokafka, Faust or confluent-kafka.
 
-This folder will hold the thin edges that run the pure core against Kafka:
-decode records from the inbox topic (malformed bytes to a dead-letter topic),
-``Engine.process`` each input, publish the input and its derived events to the
-journal (the log of record), tick every second, and rebuild state on restart by
-folding the journal (derived event ids are deterministic, so a cycle cut short
-by a crash is re-run and deduplicated). The plan is in docs/architecture.md;
-nothing here is imported by the rest of allot yet.
+The scheduling worker (``streams.worker``, ``allot worker``) consumes the inbox,
+runs the pure core through the processor (``streams.processor``) and appends
+every input and decision to the journal, the log of record; the journal is its
+only state (claims fence former owners, snapshots bound restart cost). The
+records on every topic are the contract in ``streams.records``. docs/live.md
+describes the pipeline, its settings and its crash-safety argument.
 """

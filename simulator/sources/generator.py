@@ -22,52 +22,66 @@ import bisect
 import math
 import random
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 
+from events.errors import AllotError
+from events.limits import MAX_GPUS_PER_HOST, MAX_SHARES
 from simulator.sources import SourceOutput, SquatConfig
 from simulator.spec import BudgetNodeSpec, SquatterSpec, WorkloadSpec
 
 DAY = 86_400
+
+# Bounds on the knobs, so a typo is refused with its key instead of a
+# traceback deep in the draws or a run that never ends. Each is far beyond any
+# sensible scenario.
+MAX_WORKLOADS = 10_000_000       # generated per class
+MAX_RESEARCHERS = 100_000        # per team
+Fraction = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+Weight = Annotated[float, msgspec.Meta(ge=0.0, le=1e9)]       # finite, not negative
+Factor = Annotated[float, msgspec.Meta(ge=0.0, le=1e6)]
+Positive = Annotated[int, msgspec.Meta(ge=1, le=2**62)]
+Seconds = Annotated[int, msgspec.Meta(ge=0, le=2**62)]
 
 
 class TeamConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A team (a budget node) and its researchers (generated leaves under it)."""
 
     path: str
-    shares: int = 1                  # the team's share among its siblings in the tree
-    researchers: int = 10
+    shares: Annotated[int, msgspec.Meta(ge=0, le=MAX_SHARES)] = 1  # among its siblings in the tree
+    researchers: Annotated[int, msgspec.Meta(ge=0, le=MAX_RESEARCHERS)] = 10
     managers: tuple[str, ...] = ()
     # Demand relative to entitlement: 1.0 asks for exactly its share of the
     # offered load, 0.5 for half of it.
-    demand: float = 1.0
+    demand: Factor = 1.0
 
 
 class ClassConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One workload class."""
 
     kind: str
-    load: float                      # offered GPU-time, as a fraction of cluster capacity
-    gpus: list[int]
-    gpus_weights: list[float] | None = None
-    duration_median_s: int
-    duration_sigma: float = 1.0      # lognormal spread
-    duration_min_s: int = 60
-    duration_max_s: int = 7 * DAY
-    min_runtime_s: tuple[int, int] = (0, 0)  # uniform range; (0, 0) = unallocated
-    resumable: float = 0.0           # probability
-    priority_weights: tuple[float, float, float] = (0.1, 0.2, 0.7)  # LOW, NORMAL, HIGH
-    patience_s: int | None = None
-    diurnal: float = 0.0             # 0: flat; 0.5: day rate 1.5x, night 0.5x
+    load: Annotated[float, msgspec.Meta(ge=0.0, le=1e3)]  # offered GPU-time / cluster capacity
+    gpus: Annotated[list[Annotated[int, msgspec.Meta(ge=1, le=2**31)]], msgspec.Meta(min_length=1)]
+    gpus_weights: list[Weight] | None = None
+    duration_median_s: Positive
+    duration_sigma: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] = 1.0  # lognormal spread
+    duration_min_s: Seconds = 60
+    duration_max_s: Positive = 7 * DAY
+    min_runtime_s: tuple[Seconds, Seconds] = (0, 0)  # uniform range; (0, 0) = unallocated
+    resumable: Fraction = 0.0        # probability
+    priority_weights: tuple[Weight, Weight, Weight] = (0.1, 0.2, 0.7)  # LOW, NORMAL, HIGH
+    patience_s: Seconds | None = None
+    diurnal: Fraction = 0.0          # 0: flat; 0.5: day rate 1.5x, night 0.5x
     # The working week, counted from t = 0 as a Monday 00:00: weekends run at
     # (1 - weekly) and weekdays at (1 + 2/5 weekly), so the weekly mean stays 1.
-    weekly: float = 0.0
+    weekly: Fraction = 0.0
     bursty: bool = True              # follows the team's busy/quiet phases
     # --- the cost of a preemption (issue 9), drawn apart from the rest ---------
-    checkpoint_interval_s: int | None = None  # resumable workloads checkpoint this often
-    restart_overhead_s: int = 0      # a resumed run spends this long before progressing
-    resubmit: float = 0.0            # probability the owner resubmits a victim that cannot resume
-    resubmit_limit: int = 2          # ... at most this many times
+    checkpoint_interval_s: Positive | None = None  # resumable workloads checkpoint this often
+    restart_overhead_s: Seconds = 0  # a resumed run spends this long before progressing
+    resubmit: Fraction = 0.0         # probability the owner resubmits a victim that cannot resume
+    resubmit_limit: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 2  # ... at most this many times
     # A non-resumable workload makes progress only if it runs to the end, so its
     # owner asks for its whole run as minimum runtime (within the class's range).
     protect_whole_run: bool = False
@@ -78,14 +92,15 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, tag="generator", forbid_
 
     teams: list[TeamConfig]
     classes: list[ClassConfig]
-    capacity_gpus: int | None = None  # default: the scenario cluster's GPUs (filled in by the loader)
-    horizon_s: int | None = None      # default: the scenario horizon
-    host_gpus: int | None = None      # default: the scenario cluster's GPUs per host
-    burst: float = 0.6                # busy phases run at (1 + burst), quiet at (1 - burst)
+    capacity_gpus: Positive | None = None  # default: the scenario cluster's GPUs (filled in by the loader)
+    horizon_s: Positive | None = None      # default: the scenario horizon
+    # default: the scenario cluster's GPUs per host
+    host_gpus: Annotated[int, msgspec.Meta(ge=1, le=MAX_GPUS_PER_HOST)] | None = None
+    burst: Fraction = 0.6             # busy phases run at (1 + burst), quiet at (1 - burst)
     # Researchers size jobs to their budget: a team submits no workload larger
     # than this multiple of its entitlement in GPUs (its smallest size always
     # stays allowed). 0 turns the cap off.
-    max_size_vs_entitlement: float = 2.0
+    max_size_vs_entitlement: Factor = 2.0
     # Draw workloads until each class's offered GPU-time reaches its load exactly,
     # instead of a count from the class's mean size (which the size cap, the
     # clipping and the tails make too small or too large).
@@ -93,13 +108,13 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, tag="generator", forbid_
     # Split each class's GPU-time (not its job count) by entitlement x demand:
     # a team whose size cap leaves it only small jobs submits more of them.
     split_gpu_time: bool = False
-    phase_mean_s: int = 2 * DAY       # mean length of a busy or quiet phase
+    phase_mean_s: Positive = 2 * DAY  # mean length of a busy or quiet phase
     user_prefix: str = "u"
     # --- people under the old scheduler (issue 9) -------------------------------
     squatting: SquatConfig | None = None  # researchers holding idle jobs to debug on
 
 
-class GeneratorError(ValueError):
+class GeneratorError(AllotError, ValueError):
     """The generator's configuration cannot produce workloads."""
 
 
@@ -237,10 +252,19 @@ def _generate(
     gw = cls.gpus_weights or [1.0] * len(cls.gpus)
     if len(gw) != len(cls.gpus):
         raise GeneratorError(f"class {cls.kind}: gpus_weights must match gpus")
+    if not sum(gw) > 0 or not sum(cls.priority_weights) > 0:
+        raise GeneratorError(f"class {cls.kind}: gpus_weights and priority_weights need a "
+                             f"positive sum")
+    if cls.duration_min_s > cls.duration_max_s or cls.min_runtime_s[0] > cls.min_runtime_s[1]:
+        raise GeneratorError(f"class {cls.kind}: duration_min_s must be at most duration_max_s, "
+                             f"and min_runtime_s must be [low, high] with low <= high")
     # Mean GPU-seconds per workload (lognormal mean = median * exp(sigma^2 / 2), clipped later).
     mean_gpus = sum(g * w for g, w in zip(cls.gpus, gw, strict=True)) / sum(gw)
     mean_dur = min(cls.duration_max_s, cls.duration_median_s * math.exp(cls.duration_sigma ** 2 / 2))
     count = round(cls.load * capacity * horizon / (mean_gpus * mean_dur))
+    if count > MAX_WORKLOADS:
+        raise GeneratorError(f"class {cls.kind}: load {cls.load} would generate {count:,} "
+                             f"workloads, over the limit of {MAX_WORKLOADS:,}")
     lo, hi = cls.min_runtime_s
     teams = [t.path for t in config.teams]
     # Arrival times per team from its rate profile, by inverse transform on a 10-minute grid.
@@ -292,6 +316,9 @@ def _generate(
     i = -1
     while (offered < target) if target is not None else (i + 1 < count):
         i += 1
+        if i >= MAX_WORKLOADS:
+            raise GeneratorError(f"class {cls.kind}: load {cls.load} needs more than "
+                                 f"{MAX_WORKLOADS:,} workloads")
         team = rng.choices(teams, weights=team_weights)[0]
         cum = cum_by_team[team]
         u = rng.random() * cum[-1]

@@ -23,6 +23,7 @@ never on the window loaded, so a job looks the same in every window.
 
 from __future__ import annotations
 
+import _csv
 import csv
 import datetime as dt
 import math
@@ -33,6 +34,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from events.errors import AllotError
 from simulator.sources import SourceOutput
 from simulator.spec import BudgetNodeSpec, WorkloadSpec
 
@@ -58,7 +60,11 @@ PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
 
 
-class PhillyTraceError(ValueError):
+class PhillyConfigError(AllotError, ValueError):
+    """A philly source's knobs are out of range (for configs built in code; files get msgspec's errors)."""
+
+
+class PhillyTraceError(AllotError, ValueError):
     """The trace file is missing or a row of it cannot be read; names the file, line and column."""
 
     def __init__(
@@ -88,7 +94,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, tag="philly", forbid_unk
     # Window: first submission kept (ISO date or date-time; default: the trace's
     # first submission) and its length in days (default: to the end of the trace).
     start: str | None = None
-    days: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    days: Annotated[float, msgspec.Meta(gt=0, le=36_600)] | None = None
     # Keep only the first N submissions of the window (by submit time, then id).
     max_jobs: NonNegativeInt | None = None
     # Budget root the VC subtrees hang under (the scenario's [budget] root).
@@ -119,9 +125,9 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, tag="philly", forbid_unk
     patience_s: NonNegativeInt | None = 3 * 24 * HOUR_S
     # Priority mix, as relative weights of HIGH / NORMAL / LOW.
     priority_weights: tuple[
-        Annotated[float, msgspec.Meta(ge=0.0)],
-        Annotated[float, msgspec.Meta(ge=0.0)],
-        Annotated[float, msgspec.Meta(ge=0.0)],
+        Annotated[float, msgspec.Meta(ge=0.0, le=1e9)],
+        Annotated[float, msgspec.Meta(ge=0.0, le=1e9)],
+        Annotated[float, msgspec.Meta(ge=0.0, le=1e9)],
     ] = (0.7, 0.2, 0.1)
 
 
@@ -156,21 +162,21 @@ def shape(gpus: int, gpus_per_host: int = 8) -> tuple[int, int]:
 def _check_config(config: Config) -> None:
     """Validate what msgspec.Meta only checks on decode, for configs built in code."""
     if not _SEGMENT.match(config.root):
-        raise ValueError(f"philly: root {config.root!r} is not a valid budget path segment")
-    if config.days is not None and not config.days > 0:
-        raise ValueError(f"philly: days must be > 0, got {config.days}")
+        raise PhillyConfigError(f"philly: root {config.root!r} is not a valid budget path segment")
+    if config.days is not None and not 0 < config.days <= 36_600:
+        raise PhillyConfigError(f"philly: days must be > 0 and at most 36,600, got {config.days}")
     if config.max_jobs is not None and config.max_jobs < 0:
-        raise ValueError(f"philly: max_jobs must be >= 0, got {config.max_jobs}")
+        raise PhillyConfigError(f"philly: max_jobs must be >= 0, got {config.max_jobs}")
     if config.gpus_per_host < 1 or config.debug_max_gpus < 1:
-        raise ValueError("philly: gpus_per_host and debug_max_gpus must be >= 1")
+        raise PhillyConfigError("philly: gpus_per_host and debug_max_gpus must be >= 1")
     for name in ("unallocated_fraction", "training_resumable_fraction",
                  "training_min_runtime_fraction"):
         value = getattr(config, name)
         if not 0.0 <= value <= 1.0:
-            raise ValueError(f"philly: {name} must be within [0, 1], got {value}")
+            raise PhillyConfigError(f"philly: {name} must be within [0, 1], got {value}")
     weights = config.priority_weights
-    if len(weights) != 3 or min(weights) < 0 or not sum(weights) > 0:
-        raise ValueError(f"philly: priority_weights must be 3 weights >= 0 with a positive sum, got {weights}")
+    if len(weights) != 3 or min(weights) < 0 or not 0 < sum(weights) < math.inf:
+        raise PhillyConfigError(f"philly: priority_weights must be 3 weights >= 0 with a positive sum, got {weights}")
 
 
 def _parse_start(text: str) -> int:
@@ -178,7 +184,7 @@ def _parse_start(text: str) -> int:
     try:
         when = dt.datetime.fromisoformat(text)
     except ValueError as exc:
-        raise ValueError(f"philly: start {text!r} is not an ISO date") from exc
+        raise PhillyConfigError(f"philly: start {text!r} is not an ISO date") from exc
     if when.tzinfo is not None:
         # The trace clock is naive; compare in its terms.
         when = when.replace(tzinfo=None)
@@ -188,6 +194,24 @@ def _parse_start(text: str) -> int:
 def _read(path: pathlib.Path, config: Config, seed: int) -> list[_Job]:
     """Parse every row of the trace, drawing each row's fill-ins in file order."""
     rng = random.Random(seed)
+    try:
+        handle = path.open(newline="", encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise PhillyTraceError("trace file not found", path=path) from exc
+    except OSError as exc:
+        raise PhillyTraceError(f"cannot open trace file: {exc.strerror}", path=path) from exc
+    try:
+        with handle:
+            return _parse(csv.reader(handle), path, config, rng)
+    except UnicodeDecodeError as exc:
+        raise PhillyTraceError("not UTF-8 text", path=path) from exc
+    except csv.Error as exc:
+        raise PhillyTraceError(f"not CSV: {exc}", path=path) from exc
+
+
+def _parse(reader: _csv.Reader, path: pathlib.Path, config: Config,
+           rng: random.Random) -> list[_Job]:
+    """The jobs of every data row, in file order (``reader`` is a csv reader)."""
     w_high, w_normal, w_low = config.priority_weights
     total = w_high + w_normal + w_low
     p_high, p_normal = w_high / total, (w_high + w_normal) / total
@@ -197,77 +221,69 @@ def _read(path: pathlib.Path, config: Config, seed: int) -> list[_Job]:
     # Many rows share a submit second; caching halves the parse time.
     seconds_of: dict[str, int] = {}
     valid_vcs: set[str] = set()  # a handful of VCs: check each name once
-    try:
-        handle = path.open(newline="", encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise PhillyTraceError("trace file not found", path=path) from exc
-    except OSError as exc:
-        raise PhillyTraceError(f"cannot open trace file: {exc.strerror}", path=path) from exc
-    with handle:
-        reader = csv.reader(handle)
-        header = next(reader, None)
-        if header is None:
-            raise PhillyTraceError("empty file: no header row", path=path, line=1)
-        header = [name.strip() for name in header]
-        index: dict[str, int] = {}
-        for name in REQUIRED_COLUMNS:
-            if name not in header:
-                raise PhillyTraceError("missing column in header", path=path, line=1, column=name)
-            index[name] = header.index(name)
-        i_ts, i_dur, i_gpus, i_vc = (index[name] for name in REQUIRED_COLUMNS)
-        i_gt = header.index(GPU_TIME_COLUMN) if GPU_TIME_COLUMN in header else None
-        width = len(header)
-        row = -1
-        for fields in reader:
-            if not fields:
-                continue  # a blank line (e.g. at the end of the file) is no job
-            row += 1
-            line = reader.line_num
-            column = ""
-            try:
-                if len(fields) != width:
-                    # Name the first missing column, or the first extra field.
-                    column = header[len(fields)] if len(fields) < width else f"#{width + 1}"
-                    raise ValueError(f"expected {width} fields, got {len(fields)}")
-                column = "timestamp"
-                text = fields[i_ts]
-                submit = seconds_of.get(text)
-                if submit is None:
-                    submit = (dt.datetime.fromisoformat(text) - _EPOCH) // dt.timedelta(seconds=1)
-                    seconds_of[text] = submit
-                column = "duration"
-                seconds = float(fields[i_dur])
-                if not (seconds >= 0 and math.isfinite(seconds)):
-                    raise ValueError(f"must be a finite number >= 0, got {fields[i_dur]!r}")
-                # The executor needs something to run: 0 s becomes 1 s.
-                duration = max(1, math.ceil(seconds))
-                column = "num_gpus"
-                gpus = int(fields[i_gpus])
-                if gpus < 1:
-                    raise ValueError(f"must be >= 1, got {gpus}")
-                column = "cluster"
-                vc = fields[i_vc].strip()
-                if vc not in valid_vcs:
-                    if not _SEGMENT.match(vc):
-                        raise ValueError(f"{vc!r} is not a valid budget path segment")
-                    valid_vcs.add(vc)
-                if i_gt is not None:
-                    # A derived column: a mismatch means shifted or corrupt fields.
-                    column = GPU_TIME_COLUMN
-                    gpu_time = float(fields[i_gt])
-                    if abs(gpu_time - seconds * gpus) > 1e-6 * max(1.0, gpu_time) + 1.0:
-                        raise ValueError(
-                            f"{gpu_time} != duration x num_gpus = {seconds * gpus}")
-            except (ValueError, TypeError) as exc:
-                # TypeError: a time-zone-aware timestamp cannot be mixed with naive ones.
-                raise PhillyTraceError(f"row {row}: {exc}", path=path, line=line,
-                                       column=column) from exc
-            # Always three draws per row, whatever its class, so a job's fill-ins
-            # depend only on (seed, row) and not on the window or other rows.
-            u_priority, u_unallocated, u_resumable = rng.random(), rng.random(), rng.random()
-            priority = HIGH if u_priority < p_high else NORMAL if u_priority < p_normal else LOW
-            jobs.append(_Job(row, submit, duration, gpus, vc, priority,
-                             u_unallocated < p_unallocated, u_resumable < p_resumable))
+    header = next(reader, None)
+    if header is None:
+        raise PhillyTraceError("empty file: no header row", path=path, line=1)
+    header = [name.strip() for name in header]
+    index: dict[str, int] = {}
+    for name in REQUIRED_COLUMNS:
+        if name not in header:
+            raise PhillyTraceError("missing column in header", path=path, line=1, column=name)
+        index[name] = header.index(name)
+    i_ts, i_dur, i_gpus, i_vc = (index[name] for name in REQUIRED_COLUMNS)
+    i_gt = header.index(GPU_TIME_COLUMN) if GPU_TIME_COLUMN in header else None
+    width = len(header)
+    row = -1
+    for fields in reader:
+        if not fields:
+            continue  # a blank line (e.g. at the end of the file) is no job
+        row += 1
+        line = reader.line_num
+        column = ""
+        try:
+            if len(fields) != width:
+                # Name the first missing column, or the first extra field.
+                column = header[len(fields)] if len(fields) < width else f"#{width + 1}"
+                raise ValueError(f"expected {width} fields, got {len(fields)}")
+            column = "timestamp"
+            text = fields[i_ts]
+            submit = seconds_of.get(text)
+            if submit is None:
+                submit = (dt.datetime.fromisoformat(text) - _EPOCH) // dt.timedelta(seconds=1)
+                seconds_of[text] = submit
+            column = "duration"
+            seconds = float(fields[i_dur])
+            if not (seconds >= 0 and math.isfinite(seconds)):
+                raise ValueError(f"must be a finite number >= 0, got {fields[i_dur]!r}")
+            # The executor needs something to run: 0 s becomes 1 s.
+            duration = max(1, math.ceil(seconds))
+            column = "num_gpus"
+            gpus = int(fields[i_gpus])
+            if gpus < 1:
+                raise ValueError(f"must be >= 1, got {gpus}")
+            column = "cluster"
+            vc = fields[i_vc].strip()
+            if vc not in valid_vcs:
+                if not _SEGMENT.match(vc):
+                    raise ValueError(f"{vc!r} is not a valid budget path segment")
+                valid_vcs.add(vc)
+            if i_gt is not None:
+                # A derived column: a mismatch means shifted or corrupt fields.
+                column = GPU_TIME_COLUMN
+                gpu_time = float(fields[i_gt])
+                if abs(gpu_time - seconds * gpus) > 1e-6 * max(1.0, gpu_time) + 1.0:
+                    raise ValueError(
+                        f"{gpu_time} != duration x num_gpus = {seconds * gpus}")
+        except (ValueError, TypeError) as exc:
+            # TypeError: a time-zone-aware timestamp cannot be mixed with naive ones.
+            raise PhillyTraceError(f"row {row}: {exc}", path=path, line=line,
+                                   column=column) from exc
+        # Always three draws per row, whatever its class, so a job's fill-ins
+        # depend only on (seed, row) and not on the window or other rows.
+        u_priority, u_unallocated, u_resumable = rng.random(), rng.random(), rng.random()
+        priority = HIGH if u_priority < p_high else NORMAL if u_priority < p_normal else LOW
+        jobs.append(_Job(row, submit, duration, gpus, vc, priority,
+                         u_unallocated < p_unallocated, u_resumable < p_resumable))
     return jobs
 
 

@@ -1,5 +1,9 @@
 """``allot simulate``: run a scenario under one or both policies and write everything out.
 
+This is command-line glue: it joins the simulator (which depends on the core
+alone) to the audit (DuckDB loading, the report, plots), so neither has to
+import the other.
+
 Output directory layout::
 
     OUT/allot/events.jsonl       the full event log of the allot run (same schema as live)
@@ -23,20 +27,27 @@ from typing import Any
 
 import msgspec
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from allot.errors import CliError
 from audit.load import load_log, open_db
 from audit.report import render, summary
 from events import write_log
 from simulator.driver import Simulation, load_sources
-from simulator.scenario import Scenario, check_policy, load_scenario
+from simulator.scenario import Scenario, ScenarioError, check_policy, load_scenario, validate
+from simulator.sources.generator import GeneratorError
 
 POLICIES = ("allot", "baseline")
 
 
 def apply_overrides(scenario: Scenario, knobs: dict[str, Any], horizon_days: float | None,
                     seed: int | None) -> Scenario:
-    """A what-if copy: policy knobs, horizon and seed replaced."""
+    """A what-if copy: policy knobs, horizon and seed replaced, and checked like the file.
+
+    An override the file itself could not hold (``--horizon-days -1``) is a
+    ScenarioError naming the option, never a silently different run.
+    """
     changes: dict[str, Any] = {}
     if knobs:
         check_policy(knobs, "--set")
@@ -45,7 +56,23 @@ def apply_overrides(scenario: Scenario, knobs: dict[str, Any], horizon_days: flo
         changes["horizon_days"] = horizon_days
     if seed is not None:
         changes["seed"] = seed
-    return msgspec.structs.replace(scenario, **changes) if changes else scenario
+    if not changes:
+        return scenario
+    where = ", ".join(f"--{k.replace('_', '-')}" if k != "policy" else "--set" for k in changes)
+    return validate(msgspec.structs.replace(scenario, **changes), where)
+
+
+def output_dir(path: str | Path) -> Path:
+    """The output directory, created if missing; CliError if it cannot be one."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise CliError(f"--out {out}: exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"--out {out}: cannot create the directory: "
+                       f"{exc.strerror or exc}") from exc
+    return out
 
 
 def run_scenario(
@@ -63,11 +90,13 @@ def run_scenario(
     console = console or Console(stderr=True)
     path = Path(path)
     scenario = apply_overrides(load_scenario(path), knobs or {}, horizon_days, seed)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(out_dir)
     t0 = time.perf_counter()
-    sources = load_sources(scenario, path.parent)
-    console.print(f"[bold]{scenario.name}[/]: {len(sources.workloads):,} workloads, "
+    try:
+        sources = load_sources(scenario, path.parent)
+    except GeneratorError as exc:
+        raise ScenarioError(f"{path}: generator source: {exc}") from exc
+    console.print(f"[bold]{escape(scenario.name)}[/]: {len(sources.workloads):,} workloads, "
                   f"{scenario.capacity_gpus:,} GPUs, {scenario.horizon_days:g} days "
                   f"(sources loaded in {time.perf_counter() - t0:.1f} s)")
     facts: dict[str, dict[str, Any]] = {}
@@ -120,7 +149,7 @@ def run_scenario(
             write_plots(con, list(logs), out / "plots")
             write_html(con, list(logs), out / "report.html", summaries,
                        title=f"allot simulation: {scenario.name}")
-        console.print(f"plots in {out / 'plots'}, report in {out / 'report.html'}")
+        console.print(escape(f"plots in {out / 'plots'}, report in {out / 'report.html'}"))
     con.close()
-    console.print(f"logs, {db_path.name} and summary.json in {out}")
+    console.print(escape(f"logs, {db_path.name} and summary.json in {out}"))
     return doc

@@ -1,0 +1,279 @@
+"""The live worker's settings: defaults, then a TOML file, then the environment, then flags.
+
+Every setting is one field of ``WorkerSettings`` with its documentation beside
+it (``SETTINGS`` lists them; docs/live.md has the same table, and a test keeps
+the two in step). A setting named ``foo_bar`` is read from the key ``foo_bar``
+of the config file (top level or a ``[worker]`` table), from the environment
+variable ``ALLOT_FOO_BAR``, and from the flag ``--foo-bar``; the bootstrap
+servers are also read from ``KAFKA_BOOTSTRAP_SERVERS``, the name every Kafka
+tool uses. Later sources win. A bad value is a ``ConfigError`` naming the
+source and the setting, never a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from events.errors import AllotError
+
+ENV_PREFIX = "ALLOT_"
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+
+
+class ConfigError(AllotError):
+    """A setting could not be read: an unknown key, a bad value, an unreadable file."""
+
+
+def _doc(text: str, default: Any) -> Any:
+    return dataclasses.field(default=default, metadata={"doc": text})
+
+
+def _default_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WorkerSettings:
+    """Everything the worker, the ticker and the journal export read. Immutable."""
+
+    bootstrap: str = _doc(
+        "Kafka bootstrap servers, `HOST:PORT[,HOST:PORT...]`. Also read from "
+        "`KAFKA_BOOTSTRAP_SERVERS`.", "127.0.0.1:9092")
+    topic_prefix: str = _doc(
+        "Prefix of every topic name (`allot.inbox` becomes `<prefix>allot.inbox`).", "")
+    clusters: tuple[str, ...] = _doc(
+        "The clusters this deployment schedules. Inputs for any other cluster are "
+        "dead-lettered (`unknown_cluster`); the ticker ticks each owned one. In the "
+        "environment: comma-separated.", ("default",))
+    partitions: int = _doc(
+        "Partitions of the topics the worker creates (inbox, journal, snapshots and dead "
+        "letter alike). Existing topics keep theirs; inbox, journal and snapshots must agree.",
+        8)
+    replication_factor: int = _doc("Replication factor of the topics the worker creates.", 1)
+    group: str = _doc("The consumer group the workers share on the inbox.", "allot.worker")
+    worker_name: str = _doc(
+        "This worker's name in claims, dead letters and logs (default: host-pid).", "")
+    instance_id: str = _doc(
+        "Static group membership (`group.instance.id`): a worker restarted with the same id "
+        "takes its partitions back without waiting for the session timeout. Empty: dynamic.",
+        "")
+    session_timeout_ms: int = _doc(
+        "How long the group waits for a silent worker before giving its partitions to "
+        "another (the takeover time after a crash is about this).", 6000)
+    heartbeat_interval_ms: int = _doc("Heartbeat period to the group coordinator.", 1000)
+    tick_interval_s: float = _doc(
+        "Wall-clock seconds between two ticks of each owned cluster.", 1.0)
+    time_scale: float = _doc(
+        "Virtual seconds per wall-clock second. 1: ticks carry the wall clock. Above 1, "
+        "virtual time continues from the cluster's last tick at this speed (demos, tests).",
+        1.0)
+    tick_key: str = _doc(
+        "The secret only the ticker and the workers share (HMAC-SHA256 of each tick). Every "
+        "worker of a group needs the same one; empty: a random key per process (a single "
+        "worker only). Prefer `tick_key_file` or `ALLOT_TICK_KEY` to a flag.", "")
+    tick_key_file: str = _doc("A file holding `tick_key` (its first line).", "")
+    ticker_principal: str = _doc(
+        "The signer name (and `actor`) of ticks. A tick signed by anyone else is dead-lettered.",
+        "allot.ticker")
+    keyring_file: str = _doc(
+        "A TOML file `[keys]` principal = \"secret\": producers whose records are signed. A "
+        "signed record must name its signer as the event's `actor`.", "")
+    require_signatures: bool = _doc(
+        "Dead-letter every unsigned input (`unsigned`), so `actor` is always authenticated.",
+        False)
+    nudge: bool = _doc(
+        "After journaling inputs that can change the schedule, publish an immediate signed "
+        "tick (a nudge) instead of waiting up to a tick interval.", True)
+    max_batch: int = _doc(
+        "Inbox records handled per journal produce (inputs and their decisions go out "
+        "together, acks=all).", 500)
+    fetch_wait_ms: int = _doc(
+        "The inbox consumer's fetch wait. On Tansu every fetch waits this long, so it bounds "
+        "latency from below; keep it short.", 5)
+    fold_fetch_wait_ms: int = _doc(
+        "The fetch wait of bulk journal reads (restart folds, export). Tansu time-limits a "
+        "fetch, so a short wait reads nothing from a long partition.", 200)
+    linger_ms: int = _doc("Producer linger: how long a produce waits to fill its batch.", 1)
+    snapshot_every_records: int = _doc(
+        "Snapshot a partition's engines after this many journal records (0: never by count).",
+        20000)
+    snapshot_every_s: float = _doc(
+        "Snapshot a partition at least this often while it changes (0: never by time).", 300.0)
+    snapshot_chunk_bytes: int = _doc(
+        "Largest snapshot record; a snapshot is zlib-compressed and cut into chunks of this "
+        "size (keep it under the broker's `message.max.bytes`).", 512 * 1024)
+    metrics_host: str = _doc(
+        "Address of `/healthz` and `/metrics`. Loopback unless a container publishes it.",
+        "127.0.0.1")
+    metrics_port: int = _doc("Port of `/healthz` and `/metrics`; 0 picks a free one, -1 off.", -1)
+    log_format: str = _doc(
+        "`json` (production), `console` (readable) or `auto` (console on a terminal).", "auto")
+    log_level: str = _doc("`debug`, `info`, `warning` or `error`.", "info")
+    fault_kill_after_sends: int = _doc(
+        "Test hook: once at least this many journal records were handed to the producer and "
+        "the next one continues the same group (a decision), flush what was handed over and "
+        "kill the process with SIGKILL, mid-group (0: off). For the crash tests only.", 0)
+    fault_stop_after_sends: int = _doc(
+        "Test hook: like `fault_kill_after_sends`, but the process stops itself with SIGSTOP "
+        "(once), so a test can resume it after another worker took over (0: off).", 0)
+
+    @property
+    def name(self) -> str:
+        """The worker name, defaulting to host-pid."""
+        return self.worker_name or _default_name()
+
+    def signing_key(self) -> bytes:
+        """The tick key as bytes (from the file when one is named)."""
+        if self.tick_key_file:
+            try:
+                text = Path(self.tick_key_file).read_text().splitlines()
+            except OSError as exc:
+                raise ConfigError(f"tick_key_file: {exc}") from exc
+            if not text or not text[0].strip():
+                raise ConfigError(f"tick_key_file: {self.tick_key_file} is empty")
+            return text[0].strip().encode()
+        return self.tick_key.encode()
+
+    def replace(self, **changes: Any) -> WorkerSettings:
+        """A copy with some settings changed (validated like any other source)."""
+        return _build({**dataclasses.asdict(self), **changes}, "replace()")
+
+
+FIELDS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(WorkerSettings)}
+SETTINGS: dict[str, str] = {name: f.metadata["doc"] for name, f in FIELDS.items()}
+
+_LOG_FORMATS = ("auto", "json", "console")
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _coerce(name: str, raw: Any, source: str) -> Any:
+    """``raw`` (a string from the environment or a flag, or a TOML value) as ``name``'s type."""
+    default = FIELDS[name].default
+    try:
+        if isinstance(default, bool):
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(f"expected true or false, got {raw!r}")
+        if isinstance(default, int):
+            if isinstance(raw, float) and not raw.is_integer():
+                raise ValueError(f"expected an integer, got {raw!r}")
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+        if isinstance(default, tuple):
+            items = raw.split(",") if isinstance(raw, str) else list(raw)
+            return tuple(str(i).strip() for i in items if str(i).strip())
+        if not isinstance(raw, str):
+            raise ValueError(f"expected a string, got {raw!r}")
+        return raw
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: {name}: {exc}") from None
+
+
+def _check(s: WorkerSettings) -> WorkerSettings:
+    def bad(name: str, why: str) -> ConfigError:
+        return ConfigError(f"{name}: {why} (got {getattr(s, name)!r})")
+
+    if not s.bootstrap.strip():
+        raise bad("bootstrap", "must name at least one HOST:PORT")
+    if not s.clusters:
+        raise bad("clusters", "must name at least one cluster")
+    import re
+
+    from events.limits import CLUSTER_ID_PATTERN
+
+    for c in s.clusters:
+        if re.fullmatch(CLUSTER_ID_PATTERN, c) is None:
+            raise bad("clusters", f"{c!r} is not a valid cluster id ({CLUSTER_ID_PATTERN})")
+    for name in ("partitions", "replication_factor", "max_batch", "snapshot_chunk_bytes",
+                 "session_timeout_ms", "heartbeat_interval_ms", "fetch_wait_ms",
+                 "fold_fetch_wait_ms"):
+        if getattr(s, name) < 1:
+            raise bad(name, "must be at least 1")
+    for name in ("linger_ms", "snapshot_every_records", "fault_kill_after_sends",
+                 "fault_stop_after_sends"):
+        if getattr(s, name) < 0:
+            raise bad(name, "must not be negative")
+    if s.snapshot_every_s < 0:
+        raise bad("snapshot_every_s", "must not be negative")
+    if s.tick_interval_s <= 0:
+        raise bad("tick_interval_s", "must be positive")
+    if s.time_scale <= 0:
+        raise bad("time_scale", "must be positive")
+    if s.metrics_port < -1 or s.metrics_port > 65535:
+        raise bad("metrics_port", "must be -1 (off), 0 (any free port) or a port")
+    if s.log_format not in _LOG_FORMATS:
+        raise bad("log_format", f"must be one of {', '.join(_LOG_FORMATS)}")
+    if s.log_level not in _LOG_LEVELS:
+        raise bad("log_level", f"must be one of {', '.join(_LOG_LEVELS)}")
+    if s.metrics_host in ("0.0.0.0", "::", ""):
+        raise bad("metrics_host", "must be a specific address (loopback by default), "
+                                  "never every interface")
+    if not s.ticker_principal:
+        raise bad("ticker_principal", "must not be empty")
+    return s
+
+
+def _build(values: Mapping[str, Any], source: str) -> WorkerSettings:
+    typed = {k: _coerce(k, v, source) for k, v in values.items()}
+    return _check(WorkerSettings(**typed))
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    """The settings in a TOML file (top-level keys, or a ``[worker]`` table)."""
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not TOML: {exc}") from None
+    table = data.get("worker", data)
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [worker] must be a table")
+    unknown = sorted(k for k in table if k not in FIELDS and k != "worker")
+    if unknown:
+        raise ConfigError(f"{path}: unknown setting(s) {', '.join(unknown)}")
+    return {k: _coerce(k, v, str(path)) for k, v in table.items() if k in FIELDS}
+
+
+def read_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The settings named in the environment (``ALLOT_<NAME>``, and ``KAFKA_BOOTSTRAP_SERVERS``)."""
+    out: dict[str, Any] = {}
+    if environ.get(BOOTSTRAP_ENV):
+        out["bootstrap"] = _coerce("bootstrap", environ[BOOTSTRAP_ENV], BOOTSTRAP_ENV)
+    for name in FIELDS:
+        var = ENV_PREFIX + name.upper()
+        if var in environ:
+            out[name] = _coerce(name, environ[var], var)
+    return out
+
+
+def load(config_file: str | Path | None = None, environ: Mapping[str, str] | None = None,
+         flags: Mapping[str, Any] | None = None) -> WorkerSettings:
+    """Settings from the defaults, then ``config_file``, then ``environ``, then ``flags``.
+
+    ``flags`` maps setting names to values; ``None`` values (a flag not given) are
+    skipped. ``environ`` defaults to ``os.environ``.
+    """
+    values: dict[str, Any] = {}
+    if config_file:
+        values.update(read_file(config_file))
+    values.update(read_env(os.environ if environ is None else environ))
+    for name, value in (flags or {}).items():
+        if name not in FIELDS:
+            raise ConfigError(f"unknown setting {name!r}")
+        if value is not None:
+            values[name] = _coerce(name, value, f"--{name.replace('_', '-')}")
+    return _build(values, "settings")

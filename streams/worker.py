@@ -1,0 +1,709 @@
+"""The scheduling worker: the inbox in, the journal out, the journal as its only state.
+
+One asyncio loop per process, concurrency 1 (docs/live.md gives the reasons
+and the crash-safety argument in full):
+
+1. **Assignment.** The consumer group on the inbox hands this worker some
+   partitions. For each partition ``p`` it (a) appends a ``Claim`` with a fresh
+   token to journal partition ``p`` (from here on, whatever an earlier owner
+   writes is fenced off for every reader); (b) restores the newest snapshot it
+   can verify and folds the journal after it, through the fence, up to its own
+   claim; (c) appends the decisions the journal lacks for an input whose group
+   a crash cut short; (d) resumes the inbox at the last journaled inbox
+   offset + 1, whatever the group had committed.
+2. **Records.** Each inbox record is handled only if its offset is the next one
+   expected (otherwise: skip what was handled, seek back over a gap). The pure
+   processor answers with journal records or a dead letter. A batch of inputs
+   and their decisions is appended in order, acks=all, and awaited before the
+   next batch; nothing is acknowledged to the group before that.
+3. **Time.** The ticker signs a tick per owned cluster per interval; after
+   inputs that may change the schedule a signed nudge follows at once.
+4. **Snapshots** every N records or T seconds, written in the background.
+
+``Worker`` holds all of its state (no module globals), so tests and
+``allot up`` can run several in one process. ``run()`` until ``stop()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
+from aiokafka.partitioner import murmur2
+
+from events import ClockTicked, Event, encode, tag_of
+from events.errors import AllotError
+from events.limits import MAX_RECORD_BYTES
+from scheduler import Engine
+from streams import logs, processor, snapshots, topics
+from streams.config import WorkerSettings
+from streams.journal import begin_offset, journal_record, read_until, reader
+from streams.metrics import MetricsServer, WorkerMetrics
+from streams.processor import Accepted, Dead, InboxRecord, PartitionFold, Processor, Skipped
+from streams.records import (
+    DEADLETTER,
+    INBOX,
+    JOURNAL,
+    KIND_CLAIM,
+    KIND_DECISION,
+    KIND_INPUT,
+    SNAPSHOTS,
+    BadJournalRecord,
+    Claim,
+    encode_claim,
+    encode_dead_letter,
+    journal_headers,
+    topic,
+)
+from streams.signing import Keyring
+from streams.ticker import VirtualClock, make_tick, nudge_id
+
+# A nudge not seen back within this long is considered lost; another may be sent.
+NUDGE_TIMEOUT_S = 1.0
+# Consumer offsets are informative only (the journal says where to resume): commit this often.
+COMMIT_EVERY_S = 5.0
+# After this many seeks back to the same expected offset, accept that the offsets between
+# do not exist (a transactional producer's control records, a retention cut).
+MAX_SEEKS_TO_SAME_OFFSET = 3
+
+
+class FoldError(AllotError):
+    """Rebuilding a partition from the journal did not end where it must."""
+
+
+def partition_for(cluster: str, partitions: int) -> int:
+    """The inbox partition of ``cluster``'s key: murmur2 like the Java client and aiokafka."""
+    return (murmur2(cluster.encode()) & 0x7FFFFFFF) % partitions
+
+
+class PartitionState:
+    """What the worker holds for one owned partition; rebuilt from the journal on every claim."""
+
+    def __init__(self, partition: int, token: str, claim_offset: int,
+                 engines: dict[str, Engine], next_offset: int, last_inbox_offset: int) -> None:
+        self.partition = partition
+        self.token = token
+        self.claim_offset = claim_offset
+        self.engines = engines
+        self.next_offset = next_offset          # the next inbox offset to handle
+        self.last_inbox_offset = last_inbox_offset
+        self.own = snapshots.OwnWrites(claim_offset)
+        self.records_since_snapshot = 0
+        self.last_snapshot = time.monotonic()
+        self.snapshot_task: asyncio.Task[None] | None = None
+        self.slot = 0
+        self.seek_target = -1
+        self.seeks = 0
+        self.nudges: dict[str, float] = {}      # cluster -> when the last nudge was sent
+        self.broken = False                     # a produce failed: rebuild from the journal
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self.worker._revoked({tp.partition for tp in revoked})
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        await self.worker._assigned({tp.partition for tp in assigned})
+
+
+class Worker:
+    """One scheduling worker. ``await run()``; ``stop()`` from anywhere in the same loop."""
+
+    def __init__(self, settings: WorkerSettings, metrics: WorkerMetrics | None = None) -> None:
+        self.settings = settings
+        self.name = settings.name
+        self.metrics = metrics or WorkerMetrics()
+        self.log = logs.logger(worker=self.name)
+        self.inbox = topic(INBOX, settings.topic_prefix)
+        self.journal = topic(JOURNAL, settings.topic_prefix)
+        self.deadletter = topic(DEADLETTER, settings.topic_prefix)
+        self.snapshot_topic = topic(SNAPSHOTS, settings.topic_prefix)
+        key = settings.signing_key()
+        if not key:
+            key = secrets.token_hex(32).encode()
+            self.log.warning("worker.random_tick_key",
+                             detail="no tick_key configured: ticks from other workers will be "
+                                    "dead-lettered; configure one key for every worker")
+        self.key = key
+        keyring = Keyring.from_file(settings.keyring_file) if settings.keyring_file else Keyring()
+        self.keyring = keyring.with_key(settings.ticker_principal, key)
+        self.clock = VirtualClock(settings.time_scale)
+        self.partitions = 0
+        self.owned: dict[int, PartitionState] = {}
+        self.ready = asyncio.Event()            # set once the first assignment is rebuilt
+        self.stopped = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._to_take: set[int] = set()
+        self._assigned_now: set[int] = set()
+        self._sends = 0
+        self._stopped_once = False
+        self._producer: AIOKafkaProducer | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._reader: AIOKafkaConsumer | None = None
+        self._processor: Processor | None = None
+        self._server: MetricsServer | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._last_commit = time.monotonic()
+        self._children: dict[tuple[int, str, type], Any] = {}
+
+    # -- public view (for the live view, the executor, tests) -------------------------------
+
+    def engines(self) -> dict[str, Engine]:
+        """cluster -> engine for every cluster this worker schedules now."""
+        return {c: e for st in self.owned.values() for c, e in st.engines.items()}
+
+    def owned_clusters(self) -> dict[str, int]:
+        """cluster -> inbox partition, for the configured clusters of owned partitions."""
+        owned = set(self.owned)
+        return {c: p for c in self.settings.clusters
+                if (p := partition_for(c, self.partitions)) in owned} if self.partitions else {}
+
+    def partition_of(self, cluster: str) -> int:
+        return partition_for(cluster, self.partitions)
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        return self._server.address if self._server is not None else None
+
+    def stop(self) -> None:
+        """Ask the worker to finish its batch, leave the group and stop."""
+        self._stop.set()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        s = self.settings
+        report = await topics.ensure_topics(s.bootstrap, s.topic_prefix, s.partitions,
+                                            s.replication_factor)
+        self.partitions = report.partitions[self.inbox]
+        if report.created:
+            self.log.info("topics.created", topics=report.created)
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=s.bootstrap, acks="all", linger_ms=s.linger_ms,
+            max_batch_size=1024 * 1024, max_request_size=4 * 1024 * 1024,
+            enable_idempotence=False, request_timeout_ms=30000,
+            client_id=f"allot-worker-{self.name}")
+        await self._producer.start()
+        self._reader = reader(s.bootstrap, s.fold_fetch_wait_ms, f"allot-fold-{self.name}")
+        await self._reader.start()
+        self._processor = Processor(
+            clusters=s.clusters, partition_of=self.partition_of, keyring=self.keyring,
+            ticker_principal=s.ticker_principal, require_signatures=s.require_signatures,
+            worker=self.name, max_bytes=MAX_RECORD_BYTES)
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=s.bootstrap, group_id=s.group,
+            group_instance_id=s.instance_id or None, enable_auto_commit=False,
+            auto_offset_reset="earliest", fetch_max_wait_ms=s.fetch_wait_ms,
+            max_poll_records=s.max_batch, session_timeout_ms=s.session_timeout_ms,
+            heartbeat_interval_ms=s.heartbeat_interval_ms,
+            max_partition_fetch_bytes=4 * 1024 * 1024, client_id=f"allot-worker-{self.name}")
+        self._consumer.subscribe([self.inbox], listener=_Listener(self))
+        await self._consumer.start()
+        if s.metrics_port >= 0:
+            loop = asyncio.get_running_loop()
+
+            def state() -> dict[str, Any]:
+                return asyncio.run_coroutine_threadsafe(self.state_report(), loop).result(10)
+
+            self._server = MetricsServer(self.metrics, s.metrics_host, s.metrics_port,
+                                         health=self._health, state=state).start()
+            self.log.info("metrics.listening", address=f"{s.metrics_host}:{self.metrics_address[1]}"
+                          if self.metrics_address else None)
+        self.log.info("worker.started", bootstrap=s.bootstrap, group=s.group,
+                      partitions=self.partitions, clusters=list(s.clusters))
+
+    async def run(self) -> None:
+        """Start, schedule until ``stop()``, then shut down cleanly."""
+        try:
+            await self.start()
+            self._tasks = [asyncio.create_task(self._tick_loop(), name="allot-ticker"),
+                           asyncio.create_task(self._gauge_loop(), name="allot-gauges")]
+            await self._loop()
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        for st in self.owned.values():
+            if st.snapshot_task is not None:
+                st.snapshot_task.cancel()
+        if self._consumer is not None:
+            with contextlib.suppress(Exception):
+                await self._commit(force=True)
+            with contextlib.suppress(Exception):
+                await self._consumer.stop()
+        if self._reader is not None:
+            with contextlib.suppress(Exception):
+                await self._reader.stop()
+        if self._producer is not None:
+            with contextlib.suppress(Exception):
+                await self._producer.stop()
+        if self._server is not None:
+            self._server.stop()
+        self.stopped.set()
+        self.log.info("worker.stopped")
+
+    async def state_report(self) -> dict[str, Any]:
+        """Per owned partition: the journal offset the engines reflect, and their fingerprints.
+
+        Taken under the loop's lock, so between two batches: the engines reflect
+        exactly the journal up to ``journal_offset``.
+        """
+        async with self._lock:
+            return {str(p): {"journal_offset": st.own.last, "claim_offset": st.claim_offset,
+                             "token": st.token, "next_inbox_offset": st.next_offset,
+                             "clusters": {c: {"fingerprint": e.state.fingerprint(),
+                                              "now": e.state.now, "position": e.state.position}
+                                          for c, e in sorted(st.engines.items())}}
+                    for p, st in sorted(self.owned.items())}
+
+    def _health(self) -> dict[str, Any]:
+        return {"worker": self.name, "partitions": sorted(self.owned),
+                "clusters": sorted(self.owned_clusters())}
+
+    # -- the group ---------------------------------------------------------------------------
+
+    async def _revoked(self, partitions: set[int]) -> None:
+        self.log.debug("group.revoking", partitions=sorted(partitions))
+        async with self._lock:
+            self._assigned_now -= partitions
+            self._to_take -= partitions
+            with contextlib.suppress(Exception):
+                await self._commit(force=True, only=partitions)
+            for p in partitions:
+                st = self.owned.pop(p, None)
+                if st is None:
+                    continue
+                if st.snapshot_task is not None:
+                    st.snapshot_task.cancel()
+                self.log.info("partition.revoked", partition=p)
+            self.metrics.owned.set(len(self.owned))
+
+    async def _assigned(self, partitions: set[int]) -> None:
+        assert self._consumer is not None
+        self.log.debug("group.assigned", partitions=sorted(partitions))
+        self._assigned_now |= partitions
+        for p in partitions:
+            if p not in self.owned:
+                self._to_take.add(p)
+                # Fetch nothing until the partition is rebuilt and the position set.
+                self._consumer.pause(TopicPartition(self.inbox, p))
+
+    async def _take_pending(self) -> None:
+        for p in sorted(self._to_take):
+            async with self._lock:
+                if p not in self._to_take:
+                    continue
+                self._to_take.discard(p)
+                if p not in self._assigned_now:
+                    continue
+                try:
+                    await self._take(p)
+                except (KafkaError, AllotError) as exc:
+                    # The broker is unreachable or slow: keep the partition paused, try again.
+                    self.log.error("partition.take_failed", partition=p, detail=str(exc))
+                    self._to_take.add(p)
+                    await asyncio.sleep(1.0)
+
+    async def _take(self, p: int) -> None:
+        """Claim partition ``p``, rebuild it from the journal, and set the inbox position."""
+        assert self._producer is not None and self._consumer is not None
+        assert self._reader is not None
+        t0 = time.perf_counter()
+        log = self.log.bind(partition=p)
+        log.debug("partition.taking")
+        token = uuid.uuid4().hex
+        claim = Claim(token=token, worker=self.name, partition=p, at=time.time())
+        md = await self._producer.send_and_wait(
+            self.journal, encode_claim(claim), key=b"claim", partition=p,
+            headers=journal_headers(KIND_CLAIM, token))
+        claim_offset = int(md.offset)
+
+        def rejected(m: snapshots.Manifest, why: str) -> None:
+            log.warning("snapshot.rejected", journal_offset=m.journal_offset, token=m.token,
+                        reason=why)
+
+        restored = await snapshots.restore_latest(
+            self._reader, self.snapshot_topic, self.journal, p, claim_offset, self.key,
+            on_reject=rejected)
+        if restored is not None:
+            m = restored.manifest
+            fold = PartitionFold(p, engines=restored.engines, fence=restored.fence,
+                                 last_inbox_offset=m.inbox_offset,
+                                 on_anomaly=self._anomaly_logger(log))
+            start = m.journal_offset + 1
+        else:
+            fold = PartitionFold(p, on_anomaly=self._anomaly_logger(log))
+            start = 0
+        t_snap = time.perf_counter()
+        async for batch in read_until(self._reader, self.journal, p, start, claim_offset,
+                                      timeout_s=120.0):
+            for msg in batch:
+                try:
+                    fold.add(journal_record(msg))
+                except BadJournalRecord as exc:
+                    log.warning("journal.bad_record", offset=msg.offset, detail=str(exc))
+        if fold.fence.token != token:  # the read ends at our own claim: cannot happen
+            raise FoldError(f"partition {p}: the fold did not end at this worker's claim")
+        # Complete every cluster's last group; decisions a crash cut off from their input
+        # come back re-derived, and are appended now, under this claim.
+        missing = fold.finish(recover=True)
+        t_fold = time.perf_counter()
+        st = PartitionState(p, token, claim_offset, fold.engines, 0, fold.last_inbox_offset)
+        if missing:
+            futs = []
+            for cluster, decisions in missing.items():
+                for d in decisions:
+                    futs.append(await self._producer.send(
+                        self.journal, encode(d), key=cluster.encode(), partition=p,
+                        headers=journal_headers(KIND_DECISION, token)))
+                log.info("journal.recovered", cluster=cluster, decisions=[d.id for d in decisions])
+            st.own.wrote([(await f).offset for f in futs])
+        for c in self.settings.clusters:
+            if partition_for(c, self.partitions) == p and c not in st.engines:
+                st.engines[c] = processor.new_engine(c)
+        for c, e in st.engines.items():
+            self.clock.anchor(c, e.state.now)
+        tp = TopicPartition(self.inbox, p)
+        resume = fold.last_inbox_offset + 1
+        first = await begin_offset(self._reader, self.inbox, p)
+        if resume < first:
+            log.warning("inbox.retention_gap", resume=resume, first=first)
+            resume = first
+        st.next_offset = resume
+        self._consumer.seek(tp, resume)
+        self._consumer.resume(tp)
+        self.owned[p] = st
+        self.metrics.owned.set(len(self.owned))
+        self.metrics.claims.inc()
+        dt = time.perf_counter() - t0
+        self.metrics.fold_seconds.observe(dt)
+        log.info("partition.claimed", token=token, claim_offset=claim_offset, resume=resume,
+                 snapshot=None if restored is None else restored.manifest.journal_offset,
+                 folded=fold.stats.records, fenced=fold.stats.fenced,
+                 duplicates=fold.stats.duplicates, seconds=round(dt, 3),
+                 snapshot_s=round(t_snap - t0, 3), fold_s=round(t_fold - t_snap, 3),
+                 clusters=sorted(st.engines))
+        # A long fold is worth a snapshot at once: the next restart folds from here.
+        st.records_since_snapshot = fold.stats.records - fold.stats.claims
+        self._maybe_snapshot(st)
+        for c in self.owned_clusters():
+            if partition_for(c, self.partitions) == p:
+                await self._send_tick(c, p)  # time starts now, not a tick interval later
+        if not self._to_take:
+            self.ready.set()
+
+    def _anomaly_logger(self, log: Any) -> Callable[[str, Any, str], None]:
+        def report(kind: str, record: Any, detail: str) -> None:
+            log.warning(f"fold.{kind}", offset=record.offset, detail=detail)
+        return report
+
+    async def _commit(self, force: bool = False, only: set[int] | None = None) -> None:
+        if self._consumer is None or not self.owned:
+            return
+        now = time.monotonic()
+        if not force and now - self._last_commit < COMMIT_EVERY_S:
+            return
+        self._last_commit = now
+        offsets = {TopicPartition(self.inbox, p): st.next_offset for p, st in self.owned.items()
+                   if (only is None or p in only) and st.next_offset > 0}
+        if offsets:
+            try:
+                await self._consumer.commit(offsets)
+            except KafkaError as exc:
+                self.log.debug("commit.failed", detail=str(exc))
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        assert self._consumer is not None
+        while not self._stop.is_set():
+            if self._to_take:
+                await self._take_pending()
+            broken = [p for p, st in self.owned.items() if st.broken]
+            for p in broken:
+                async with self._lock:
+                    st = self.owned.pop(p, None)
+                    if st is not None and p in self._assigned_now:
+                        self.log.warning("partition.rebuild", partition=p)
+                        await self._take(p)
+            self.metrics.beat()
+            try:
+                batch = await self._consumer.getmany(timeout_ms=100,
+                                                     max_records=self.settings.max_batch)
+            except KafkaError as exc:
+                self.log.warning("inbox.fetch_failed", detail=str(exc))
+                await asyncio.sleep(0.5)
+                continue
+            if batch:
+                async with self._lock:
+                    await self._handle(batch)
+            await self._commit()
+
+    async def _handle(self, batch: dict[TopicPartition, list[Any]]) -> None:
+        assert self._processor is not None and self._producer is not None
+        assert self._consumer is not None
+        t0 = time.perf_counter()
+        proc = self._processor
+        journal_out: dict[int, list[tuple[str, bytes, list[tuple[str, bytes]]]]] = {}
+        dead_out: list[tuple[bytes, bytes]] = []
+        nudge: dict[str, tuple[int, int]] = {}   # cluster -> (partition, triggering offset)
+        journaled_inbox: dict[int, int] = {}
+        for tp, msgs in batch.items():
+            st = self.owned.get(tp.partition)
+            if st is None or st.broken:
+                continue
+            out = journal_out.setdefault(tp.partition, [])
+            for m in msgs:
+                if m.offset < st.next_offset:
+                    continue
+                if m.offset > st.next_offset:
+                    if st.seek_target == st.next_offset and st.seeks >= MAX_SEEKS_TO_SAME_OFFSET:
+                        self.log.warning("inbox.gap_accepted", partition=tp.partition,
+                                         expected=st.next_offset, got=m.offset)
+                        st.next_offset = m.offset
+                    else:
+                        st.seeks = st.seeks + 1 if st.seek_target == st.next_offset else 1
+                        st.seek_target = st.next_offset
+                        self.log.warning("inbox.seek_back", partition=tp.partition,
+                                         expected=st.next_offset, got=m.offset)
+                        # (KafkaError: a rebalance took the partition meanwhile.)
+                        with contextlib.suppress(KafkaError):
+                            self._consumer.seek(tp, st.next_offset)
+                        break
+                st.seeks = 0
+                rec = InboxRecord(topic=m.topic, partition=m.partition, offset=m.offset,
+                                  key=m.key, value=m.value, headers=tuple(m.headers or ()))
+                t1 = time.perf_counter()
+                outcome = proc.handle(rec, st.engines)
+                st.next_offset = m.offset + 1
+                if isinstance(outcome, Accepted):
+                    ev = outcome.event
+                    if type(ev) is ClockTicked:
+                        self.metrics.cycle_seconds.labels(ev.cluster).observe(
+                            time.perf_counter() - t1)
+                        st.nudges.pop(ev.cluster, None)
+                    out.append((ev.cluster, outcome.value,
+                                journal_headers(KIND_INPUT, st.token, m.offset)))
+                    for d in outcome.derived:
+                        out.append((ev.cluster, encode(d), journal_headers(KIND_DECISION, st.token)))
+                    journaled_inbox[tp.partition] = m.offset
+                    self._count(self.metrics.inputs, ev.cluster, type(ev))
+                    for d in outcome.derived:
+                        self._count(self.metrics.decisions, ev.cluster, type(d))
+                    if self.settings.nudge and processor.changes_schedule(outcome):
+                        nudge[ev.cluster] = (tp.partition, m.offset)
+                elif isinstance(outcome, Dead):
+                    dl = outcome.letter
+                    dead_out.append((dl.id.encode(), encode_dead_letter(dl)))
+                    self.metrics.dead_letters.labels(dl.reason).inc()
+                    self.log.info("inbox.dead_letter", partition=dl.partition, offset=dl.offset,
+                                  reason=dl.reason, detail=dl.detail[:200], key=dl.key)
+                elif isinstance(outcome, Skipped):
+                    self.metrics.duplicates.inc()
+                    if type(outcome.event) is ClockTicked:
+                        st.nudges.pop(outcome.event.cluster, None)
+        await self._publish(journal_out, dead_out, journaled_inbox)
+        now = time.monotonic()
+        for cluster, (p, offset) in nudge.items():
+            st = self.owned.get(p)
+            if st is None or st.broken:
+                continue
+            sent = st.nudges.get(cluster)
+            if sent is not None and now - sent < NUDGE_TIMEOUT_S:
+                continue
+            st.nudges[cluster] = now
+            tick = make_tick(cluster, self.clock.now(cluster), self.settings.ticker_principal,
+                             self.key, event_id=nudge_id(cluster, offset))
+            try:
+                await self._producer.send(self.inbox, tick.value, key=tick.key, partition=p,
+                                          headers=tick.headers)
+            except KafkaError as exc:
+                self.log.warning("nudge.failed", cluster=cluster, detail=str(exc))
+        self.metrics.batch_seconds.observe(time.perf_counter() - t0)
+        for st in self.owned.values():
+            self._maybe_snapshot(st)
+
+    def _count(self, counter: Any, cluster: str, kind: type) -> None:
+        """``counter{cluster, type}`` += 1, with the labelled child cached (labels() is slow)."""
+        key = (id(counter), cluster, kind)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = counter.labels(cluster, tag_of(kind))
+        child.inc()
+
+    async def _publish(self, journal_out: dict[int, list[tuple[str, bytes, list[tuple[str, bytes]]]]],
+                       dead_out: list[tuple[bytes, bytes]], journaled_inbox: dict[int, int]) -> None:
+        """Append the batch (journal records in order per partition, dead letters) and await all."""
+        assert self._producer is not None
+        producer = self._producer
+        kill_at = self.settings.fault_kill_after_sends
+        stop_at = self.settings.fault_stop_after_sends if not self._stopped_once else 0
+        futs: dict[int, list[asyncio.Future[Any]]] = {}
+        try:
+            for p, records in journal_out.items():
+                if not records:
+                    continue
+                lst = futs.setdefault(p, [])
+                for i, (cluster, value, headers) in enumerate(records):
+                    lst.append(await producer.send(self.journal, value, key=cluster.encode(),
+                                                   partition=p, headers=headers))
+                    self._sends += 1
+                    mid_group = i + 1 < len(records) \
+                        and records[i + 1][2][0][1] == KIND_DECISION.encode()
+                    if mid_group and kill_at and self._sends >= kill_at:
+                        # Test hook: die between an input (or decision) and the rest of its group.
+                        await producer.flush()
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    if mid_group and stop_at and self._sends >= stop_at:
+                        # Test hook: freeze here; whatever follows is written after a resume.
+                        await producer.flush()
+                        self._stopped_once = True
+                        stop_at = 0
+                        os.kill(os.getpid(), signal.SIGSTOP)
+            dead_futs = [await producer.send(self.deadletter, value, key=key)
+                         for key, value in dead_out]
+        except KafkaError as exc:
+            self.log.error("journal.send_failed", detail=str(exc))
+            for p in journal_out:
+                if p in self.owned:
+                    self.owned[p].broken = True
+            return
+        for p, lst in futs.items():
+            st = self.owned.get(p)
+            try:
+                offsets = [int(md.offset) for md in await asyncio.gather(*lst)]
+            except KafkaError as exc:
+                self.log.error("journal.append_failed", partition=p, detail=str(exc))
+                if st is not None:
+                    st.broken = True
+                continue
+            if st is None:
+                continue
+            st.own.wrote(offsets)
+            st.records_since_snapshot += len(offsets)
+            self.metrics.journal_records.inc(len(offsets))
+            if p in journaled_inbox:
+                st.last_inbox_offset = max(st.last_inbox_offset, journaled_inbox[p])
+        if dead_futs:
+            try:
+                await asyncio.gather(*dead_futs)
+            except KafkaError as exc:
+                # A lost dead letter is re-sent when the record is handled again after a
+                # restart (its id is the record's position, so copies are exact).
+                self.log.error("deadletter.append_failed", detail=str(exc))
+
+    # -- snapshots ---------------------------------------------------------------------------
+
+    def _maybe_snapshot(self, st: PartitionState) -> None:
+        s = self.settings
+        if st.broken or (st.snapshot_task is not None and not st.snapshot_task.done()):
+            return
+        due = (s.snapshot_every_records and st.records_since_snapshot >= s.snapshot_every_records) \
+            or (s.snapshot_every_s and st.records_since_snapshot
+                and time.monotonic() - st.last_snapshot >= s.snapshot_every_s)
+        if not due:
+            return
+        blobs = {c: processor.snapshot_engine(e) for c, e in st.engines.items()}
+        st.records_since_snapshot = 0
+        st.last_snapshot = time.monotonic()
+        st.slot ^= 1
+        st.snapshot_task = asyncio.create_task(self._write_snapshot(
+            st, blobs, st.own.last, list(st.own.foreign), st.last_inbox_offset, st.slot))
+
+    async def _write_snapshot(self, st: PartitionState, blobs: dict[str, tuple[str, bytes]],
+                              journal_offset: int, foreign: list[tuple[int, int]],
+                              inbox_offset: int, slot: int) -> None:
+        assert self._producer is not None
+        t0 = time.perf_counter()
+        try:
+            off = await snapshots.write(
+                self._producer, self.snapshot_topic, st.partition, token=st.token,
+                claim_offset=st.claim_offset, journal_offset=journal_offset, foreign=foreign,
+                inbox_offset=inbox_offset, engines=blobs, key=self.key,
+                chunk_bytes=self.settings.snapshot_chunk_bytes, slot=slot, worker=self.name)
+        except KafkaError as exc:
+            self.log.warning("snapshot.failed", partition=st.partition, detail=str(exc))
+            return
+        self.metrics.snapshots.inc()
+        self.log.info("snapshot.written", partition=st.partition, journal_offset=journal_offset,
+                      manifest_offset=off, bytes=sum(len(b) for _, b in blobs.values()),
+                      seconds=round(time.perf_counter() - t0, 3))
+
+    # -- time --------------------------------------------------------------------------------
+
+    async def _tick_loop(self) -> None:
+        assert self._producer is not None
+        interval = self.settings.tick_interval_s
+        next_at = time.monotonic()
+        while True:
+            next_at += interval
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            if time.monotonic() - next_at > interval:  # fell behind (a long fold): skip ahead
+                next_at = time.monotonic()
+            for cluster, p in self.owned_clusters().items():
+                if p in self.owned:
+                    await self._send_tick(cluster, p)
+
+    async def _send_tick(self, cluster: str, p: int) -> None:
+        assert self._producer is not None
+        tick = make_tick(cluster, self.clock.now(cluster), self.settings.ticker_principal,
+                         self.key)
+        try:
+            await self._producer.send(self.inbox, tick.value, key=tick.key, partition=p,
+                                      headers=tick.headers)
+        except KafkaError as exc:
+            self.log.warning("tick.failed", cluster=cluster, detail=str(exc))
+
+    async def _gauge_loop(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            for cluster, engine in self.engines().items():
+                wl = engine.state.workloads
+                pending = {leaf: len(q) for leaf, q in wl.pending.items()}
+                for leaf, q in wl.pending_free.items():
+                    pending[f"{leaf}#free"] = len(q)
+                running = sum(w.gpus for w in wl.running.values())
+                self.metrics.set_leaves(cluster, pending, running)
+            if self._consumer is not None:
+                for p, st in self.owned.items():
+                    hw = self._consumer.highwater(TopicPartition(self.inbox, p))
+                    if hw is not None:
+                        self.metrics.inbox_lag.labels(str(p)).set(max(0, hw - st.next_offset))
+
+
+def journal_event(msg: Any) -> Event | None:
+    """Helper for readers: the event in a consumed journal record (None for claims)."""
+    from events import decode
+
+    rec = journal_record(msg)
+    return None if rec.kind == KIND_CLAIM else decode(rec.value)
+
+
+async def run_worker(settings: WorkerSettings, install_signals: bool = True) -> int:
+    """Run one worker until SIGINT/SIGTERM (or ``stop()``); the exit status."""
+    worker = Worker(settings)
+    loop = asyncio.get_running_loop()
+    if install_signals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, worker.stop)
+    await worker.run()
+    return 0

@@ -1,0 +1,157 @@
+"""Usage accrual costs at most the buckets of one window, whatever the gap, and keeps its results.
+
+An ``at`` far in the future (2**62) used to make the next rate change fill one
+bucket per ``bucket_s`` of the gap: a loop of ~10**15 iterations. The accrual
+now starts at the window, which gives the same buckets as filling and dropping
+the older ones; a property test checks that against the old algorithm, kept
+here as the reference.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from hypothesis import given, seed, settings
+from hypothesis import strategies as st
+
+from projections.usage import LeafUsage, UsageProjection
+
+HOUR = 3_600
+DAY = 86_400
+
+
+class ReferenceUsage(UsageProjection):
+    """The accrual as it was before the change: one iteration per bucket of the gap."""
+
+    __slots__ = ()
+
+    def _accrue(self, u: LeafUsage, now: int) -> None:
+        t = u.since
+        if now <= t:
+            return
+        boundary = now - now % self.period_s
+        if t <= boundary:
+            u.snap_at = boundary
+            u.snap = self._value_at(u, boundary)
+        rate = u.rate
+        if rate:
+            b = self.bucket_s
+            buckets, order = u.buckets, u.order
+            while t < now:
+                k = t // b
+                end = min(now, (k + 1) * b)
+                amount = rate * (end - t)
+                if order and order[-1] == k:
+                    buckets[k] += amount
+                else:
+                    buckets[k] = amount
+                    order.append(k)
+                u.total += amount
+                u.lifetime += amount
+                t = end
+        u.since = now
+        kmin = (now - self.window_s) // self.bucket_s + 1
+        order = u.order
+        while order and order[0] < kmin:
+            u.total -= u.buckets.pop(order.popleft())
+
+
+class Hung(Exception):
+    """An accrual ran far longer than any bounded one can."""
+
+
+@contextmanager
+def hang_guard(seconds: int = 10) -> Iterator[None]:
+    """Fail (instead of hanging the suite) when the body runs for ``seconds``.
+
+    Not a speed target: a bounded accrual takes microseconds, the unbounded
+    one runs for years; the guard only turns a hang into a failure.
+    """
+
+    def fire(signum: int, frame: object) -> None:
+        raise Hung(f"still running after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+# (start, jump to, rate, window, bucket): a workload starts at ``start``, then
+# something happens at ``jump to`` (its finish, or another start).
+HUGE_GAPS = [
+    pytest.param(0, 2**62, 8, 7 * DAY, HOUR, id="at-2**62"),
+    pytest.param(0, 2**63 - 1, 8, 7 * DAY, HOUR, id="at-int64-max"),
+    pytest.param(-(2**63), 2**63 - 1, 1, 7 * DAY, HOUR, id="int64-min-to-max"),
+    pytest.param(1_767_571_200, 1_767_571_200 + 2**61, 1_024, 30 * DAY, 60, id="minute-buckets"),
+    pytest.param(5, 2**62 + 7, 3, 7 * DAY, 7 * DAY, id="one-bucket-window"),
+]
+
+
+@pytest.mark.parametrize("start, jump, rate, window, bucket", HUGE_GAPS)
+def test_a_huge_gap_accrues_in_window_buckets(start: int, jump: int, rate: int, window: int,
+                                              bucket: int) -> None:
+    """The rate change after a gap of any length returns, keeps one window, and counts it all."""
+    usage = UsageProjection(window, bucket)
+    usage.change_rate("lab/a", rate, start)
+    with hang_guard():
+        usage.change_rate("lab/a", -rate, jump)
+    u = usage.leaves["lab/a"]
+    assert len(u.order) <= window // bucket + 1
+    assert usage.lifetime("lab/a", jump) == rate * (jump - start)
+    # The window holds between (window - bucket) and window seconds at the old rate.
+    assert rate * (window - bucket) <= usage.usage("lab/a", jump) <= rate * window
+
+
+@pytest.mark.parametrize("start, jump, rate, window, bucket", HUGE_GAPS)
+def test_reads_after_a_huge_gap_return(start: int, jump: int, rate: int, window: int,
+                                       bucket: int) -> None:
+    """usage() and usage_of() far after the last accrual are bounded too (read-only paths)."""
+    usage = UsageProjection(window, bucket)
+    usage.change_rate("lab/a", rate, start)
+    with hang_guard():
+        at = jump - jump % usage.period_s
+        value = usage.usage_of(["lab/a"], at)["lab/a"]
+    assert rate * (window - bucket) <= value <= rate * window
+
+
+# One step: (leaf, rate delta, seconds since the previous step). Small gaps, so
+# the reference algorithm is cheap, but gaps longer than the window occur.
+STEPS = st.lists(
+    st.tuples(st.sampled_from(["lab/a", "lab/b", "lab/c"]), st.integers(-8, 16),
+              st.integers(0, 40 * HOUR)),
+    min_size=1, max_size=40,
+)
+
+
+@seed(7)
+@settings(max_examples=300, deadline=None)
+@given(steps=STEPS, window_hours=st.integers(1, 48), bucket_s=st.sampled_from([60, 600, HOUR]),
+       period_s=st.sampled_from([1, 300, HOUR]), t0=st.integers(-(10**6), 10**9))
+def test_same_results_as_the_bucket_by_bucket_accrual(steps: list[tuple[str, int, int]],
+                                                      window_hours: int, bucket_s: int,
+                                                      period_s: int, t0: int) -> None:
+    """On ordinary gaps the new accrual gives exactly the old buckets, usage, snapshots and lifetime."""
+    window = max(bucket_s, window_hours * HOUR)
+    new, ref = UsageProjection(window, bucket_s, period_s), ReferenceUsage(window, bucket_s, period_s)
+    now = t0
+    for leaf, delta, gap in steps:
+        now += gap
+        new.change_rate(leaf, delta, now)
+        ref.change_rate(leaf, delta, now)
+        assert new.snapshot() == ref.snapshot()
+        for name in ("lab/a", "lab/b", "lab/c"):
+            assert new.usage(name, now) == ref.usage(name, now)
+            assert new.lifetime(name, now + gap) == ref.lifetime(name, now + gap)
+            un, ur = new.leaves.get(name), ref.leaves.get(name)
+            if un is not None and ur is not None:
+                assert (un.snap_at, un.snap, un.total) == (ur.snap_at, ur.snap, ur.total)
+        boundary = now - now % period_s
+        leaves = ["lab/a", "lab/b", "lab/c"]
+        assert new.usage_of(leaves, boundary) == ref.usage_of(leaves, boundary)
