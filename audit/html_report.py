@@ -6,16 +6,15 @@ references nothing outside itself (no scripts, fonts or links), so it renders
 the same offline, in a mail client or years later.
 
 It compares runs side by side: each summary metric is a row and each run a
-column. Summaries come from the caller (``summaries``, e.g. the figures the
-audit report computes, flat with dotted keys or nested) or, for a run without
-one, from the audit views directly (``summary_from_views``).
+column. The figures are ``audit.report.summary``'s, the one summary of a run:
+given by the caller (``summaries``, nested or flat with dotted keys, e.g. with
+the simulator's wall time), or computed here for a run without one.
 """
 
 from __future__ import annotations
 
 import base64
 import html
-import math
 import re
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -26,43 +25,27 @@ from typing import Any
 import duckdb
 
 from audit import plots
-from audit.plots import (
-    MissingViewError,
-    budget_managers,
-    capacity_hours,
-    check_runs,
+from audit.formatting import (
+    MISSING,
+    format_bound,
+    format_count,
     format_duration,
-    kind_order,
-    managed_nodes,
-    occupancy_figures,
-    run_bounds,
+    format_gpu_hours,
+    format_percent,
 )
+from audit.plots import check_runs, kind_order, run_bounds
+from audit.plots.data import MissingViewError, budget_managers
+from audit.plots.usage import managed_nodes
+from audit.report import summary as run_summary
 
 # Rows of the summary table: key, label, how to format. Wait rows are added per
 # kind found in the summaries; keys nobody listed here are shown at the end.
 Formatter = Callable[[Any], str]
 
 
-def format_percent(value: Any) -> str:
-    """A fraction (0..1) as a percentage with one decimal."""
-    return f"{float(value):.1%}"
-
-
-def format_count(value: Any) -> str:
-    """An integer with thousands separators."""
-    return f"{int(value):,}"
-
-
-def format_gpu_hours(value: Any) -> str:
-    """GPU-hours with one decimal."""
-    return f"{float(value):,.1f} GPU-h"
-
-
 def format_seconds(value: Any) -> str:
-    """Seconds, human-readably (None or infinity: never)."""
-    if value is None or (isinstance(value, float) and math.isinf(value)):
-        return "never"
-    return format_duration(float(value))
+    """Seconds, human-readably (None: a dash; infinity: never)."""
+    return format_duration(None if value is None else float(value))
 
 
 def format_generic(value: Any) -> str:
@@ -79,20 +62,37 @@ def format_generic(value: Any) -> str:
 SUMMARY_ROWS: tuple[tuple[str, str, Formatter], ...] = (
     ("scheduler", "Scheduler policy", str),
     ("events", "Events in the log", format_count),
+    ("sim_seconds", "Simulated time", format_seconds),
+    ("warmup_s", "Warm-up left out of every figure", format_seconds),
+    ("measured_seconds", "Measured time (after the warm-up)", format_seconds),
+    ("wall_seconds", "Wall-clock time", format_seconds),
     ("delivered_gpu_h", "Delivered GPU-hours (allocated + unallocated)", format_gpu_hours),
     ("occupancy", "Occupancy (busy / available GPU-hours)", format_percent),
     ("unallocated_share", "Unallocated share of delivered GPU-hours", format_percent),
-    ("owed_received.total", "Owed GPU-hours received, all teams", format_percent),
-    ("owed_received.worst", "Owed GPU-hours received, worst team", format_percent),
-    ("owed_received.teams_at_least_95", "Teams receiving at least 95% of owed", format_count),
+    ("owed_received.total", "Owed GPU-hours received, all teams (funded work)", format_percent),
+    ("owed_received.worst", "Owed GPU-hours received, worst team (funded work)", format_percent),
+    ("owed_received.teams_at_least_95", "Teams receiving at least 95% of owed (funded work)",
+     format_count),
+    ("owed_received_all_work.total", "Owed GPU-hours received, all teams (all work)", format_percent),
+    ("owed_received_all_work.worst", "Owed GPU-hours received, worst team (all work)",
+     format_percent),
+    ("owed_received_all_work.teams_at_least_95", "Teams receiving at least 95% of owed (all work)",
+     format_count),
     ("preemptions", "Preemptions", format_count),
     ("lost_gpu_hours", "GPU-hours lost to preemption", format_gpu_hours),
-    ("fragmentation", "Fragmentation", format_percent),
-    ("largest_gang_wait_s", "Largest gang: queue wait", format_seconds),
-    ("sim_seconds", "Simulated time", format_seconds),
-    ("wall_seconds", "Wall-clock time", format_seconds),
+    ("fragmentation", "Fragmentation (stranded GPU-hours / capacity)", format_percent),
+    ("fragmentation_of_free", "Fragmented share of free GPU-hours (old figure)", format_percent),
+    ("largest_gang.gpus", "Largest gang: GPUs", format_count),
+    ("largest_gang.workloads", "Largest gang: workloads of that size", format_count),
+    ("largest_gang.started", "Largest gang: of those, started", format_count),
+    ("largest_gang_wait_s", "Largest gang: longest queue wait (never-started included)",
+     format_seconds),
+    ("largest_gang_wait_started_s", "Largest gang: longest queue wait (started only)",
+     format_seconds),
 )
 WAIT_QUANTILES = ("p50", "p90", "p99")
+# A figure shown as a lower bound ("≥ ...") when its flag is set.
+_BOUNDS = {"largest_gang_wait_s": "largest_gang_wait_censored"}
 
 
 def flatten(summary: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -107,10 +107,10 @@ def flatten(summary: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-# Keys the summary table leaves out: the run name is the column header, and the
-# per-team ratios have their own table.
-_HIDDEN_PREFIXES = ("owed_received.by_team.",)
-_HIDDEN_KEYS = frozenset({"run"})
+# Keys the summary table leaves out: the run name is the column header, the
+# per-team ratios have their own table, and the flags show as "≥" on their figure.
+_HIDDEN_PREFIXES = ("owed_received.by_team.", "owed_received_all_work.by_team.")
+_HIDDEN_KEYS = frozenset({"run", "measured_from", *_BOUNDS.values()})
 _STAT_LABELS = {"n": "workloads", "never_started": "never started"}
 # Per-kind wait statistics that are counts, not durations.
 _WAIT_COUNTS = frozenset({"n", "started", "never_started", "count"})
@@ -127,13 +127,14 @@ def normalise_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(pre, Mapping):
         flat["preemptions"] = sum(int(v or 0) for v in pre.values())
     return {k: v for k, v in flat.items()
-            if k not in _HIDDEN_KEYS and not k.startswith(_HIDDEN_PREFIXES)}
+            if k not in _HIDDEN_KEYS and not k.startswith(_HIDDEN_PREFIXES)
+            and not k.endswith("_censored")}
 
 
 def format_metric(key: str, value: Any) -> str:
     """One summary value for display, chosen by its key; '—' when missing."""
     if value is None:
-        return "—"
+        return MISSING
     for k, _, fmt in SUMMARY_ROWS:
         if k == key:
             return fmt(value)
@@ -149,85 +150,18 @@ def format_metric(key: str, value: Any) -> str:
     return format_generic(value)
 
 
-# -- summaries from the views -------------------------------------------------------------
-
-
-def summary_from_views(con: duckdb.DuckDBPyConnection, run: str) -> dict[str, Any]:
-    """The summary figures the views can answer for ``run`` (flat, dotted keys).
-
-    Definitions follow the views: occupancy = busy / (busy + idle) GPU-hours;
-    owed/received total = sum of received (capped at owed) / sum of owed; wait
-    quantiles are over the workloads that started (as ``wait_percentiles``),
-    with the never-started ones counted separately.
-    """
-    check_runs(con, [run])
-    out: dict[str, Any] = {}
-    pol = _rows(con, "SELECT scheduler FROM policy WHERE run = ?", [run])
-    if pol and pol[0][0] is not None:
-        out["scheduler"] = str(pol[0][0])
-    span = _rows(con, "SELECT events FROM log_span WHERE run = ?", [run])
-    if span and span[0][0] is not None:
-        out["events"] = int(span[0][0])
-    try:
-        hours = capacity_hours(con, run)
-    except MissingViewError:
-        hours = []
-    occ, free_share = occupancy_figures(hours)
-    if hours:
-        out["delivered_gpu_h"] = sum(h.allocated_gpu_h + h.unallocated_gpu_h for h in hours)
-    if occ is not None:
-        out["occupancy"] = occ
-    if free_share is not None:
-        out["unallocated_share"] = free_share
-    teams = _dict_rows(con, "SELECT * FROM owed_received_by_team WHERE run = ?", [run])
-    ratios = [float(t["ratio"]) for t in teams if t.get("ratio") is not None]
-    if ratios:
-        out["owed_received.worst"] = min(ratios)
-        out["owed_received.teams_at_least_95"] = sum(1 for r in ratios if r >= 0.95)
-        out["owed_received.teams"] = len(ratios)
-    owed = sum(float(t.get("owed_gpu_h") or 0.0) for t in teams)
-    received_key = "received_capped" if teams and "received_capped" in teams[0] \
-        else "received_gpu_h"
-    if owed > 0 and teams and received_key in teams[0]:
-        out["owed_received.total"] = sum(float(t[received_key] or 0.0) for t in teams) / owed
-    for kind, never, p50, p90, p99 in _rows(con, """
-            SELECT kind, count(*) - count(first_wait_s),
-                   quantile_cont(first_wait_s, 0.5), quantile_cont(first_wait_s, 0.9),
-                   quantile_cont(first_wait_s, 0.99)
-            FROM waits WHERE run = ? GROUP BY kind""", [run]):
-        for q, v in zip(WAIT_QUANTILES, (p50, p90, p99), strict=True):
-            out[f"wait_s.{kind}.{q}"] = None if v is None else float(v)
-        out[f"wait_s.{kind}.never_started"] = int(never)
-    # The longest wait among the largest funded workloads that started (as audit.report).
-    gang = _rows(con, """
-        SELECT max(first_wait_s) FROM waits
-        WHERE run = ? AND funded AND gpus = (SELECT max(gpus) FROM waits
-                                             WHERE run = ? AND funded)""", [run, run])
-    if gang and gang[0][0] is not None:
-        out["largest_gang_wait_s"] = float(gang[0][0])
-    pre = _rows(con, "SELECT count(*) FROM runs WHERE run = ? AND stop_reason = 'preempted'",
-                [run])
-    if pre:
-        out["preemptions"] = int(pre[0][0])
-    lost = _rows(con, "SELECT sum(gpu_hours_lost) FROM preemptions WHERE run = ?", [run])
-    if lost:
-        out["lost_gpu_hours"] = float(lost[0][0] or 0.0)
-    # Time-weighted over the hours in which anything was free, as audit.report does.
-    frag = _rows(con, "SELECT sum(fragmentation * hour_s) / nullif(sum(hour_s), 0) "
-                      "FROM fragmentation_by_hour WHERE run = ? AND fragmentation IS NOT NULL",
-                 [run])
-    if frag and frag[0][0] is not None:
-        out["fragmentation"] = float(frag[0][0])
-    lo, hi = run_bounds(con, run)
-    out["sim_seconds"] = hi - lo
-    return out
+def _lower_bound(key: str, flags: Mapping[str, Any]) -> bool:
+    """Whether the figure at ``key`` rests on censored waits (its ``*_censored`` flag)."""
+    if key in _BOUNDS:
+        return bool(flags.get(_BOUNDS[key]))
+    return bool(flags.get(f"{key}_censored"))
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any]) -> list[Any]:
     try:
         return con.execute(sql, list(params)).fetchall()
     except (duckdb.CatalogException, duckdb.BinderException):
-        return []  # a view (or column) not built yet: that part of the summary stays '—'
+        return []  # a view (or column) not built yet: that part of the page stays '—'
 
 
 def _dict_rows(con: duckdb.DuckDBPyConnection, sql: str,
@@ -360,21 +294,19 @@ def write_html(
     """Write the audit of ``runs`` as one self-contained HTML file; return its path.
 
     ``summaries`` maps a run name to its summary (flat dotted keys or nested);
-    runs without one get ``summary_from_views``.
+    runs without one get ``audit.report.summary``.
     """
     runs = list(runs)
     if not runs:
         raise ValueError("no runs given")
     check_runs(con, runs)
     flat: dict[str, dict[str, Any]] = {}
-    from_views: set[str] = set()
+    flags: dict[str, dict[str, Any]] = {}
     for r in runs:
         given = (summaries or {}).get(r)
-        if given is None:
-            flat[r] = summary_from_views(con, r)
-            from_views.add(r)
-        else:
-            flat[r] = normalise_summary(given)
+        figures = given if given is not None else run_summary(con, r)
+        flags[r] = {k: v for k, v in flatten(figures).items() if k.endswith("_censored")}
+        flat[r] = normalise_summary(figures)
     with tempfile.TemporaryDirectory(prefix="allot-plots-") as tmp:
         files = render_plots(con, runs, tmp)
         images = {f.path: base64.b64encode(f.path.read_bytes()).decode("ascii") for f in files}
@@ -396,7 +328,7 @@ def write_html(
     ]
     for i, f in enumerate(files):
         parts.append(f'<li><a href="#plot-{i}">{e(f.title)}</a></li>')
-    parts += ["</ul></nav>", '<h2 id="summary">Summary</h2>', _summary_table(runs, flat, from_views)]
+    parts += ["</ul></nav>", '<h2 id="summary">Summary</h2>', _summary_table(runs, flat, flags)]
     parts += ['<h2 id="owed">Owed and received, per team</h2>', _owed_table(con, runs)]
     parts.append('<h2 id="plots">Plots</h2>')
     for i, f in enumerate(files):
@@ -413,11 +345,9 @@ def write_html(
 
 
 def _summary_table(runs: Sequence[str], flat: Mapping[str, Mapping[str, Any]],
-                   from_views: set[str]) -> str:
+                   flags: Mapping[str, Mapping[str, Any]]) -> str:
     e = html.escape
-    head = "".join(
-        f"<th>{e(r)}{'<br><small>(from views)</small>' if r in from_views else ''}</th>"
-        for r in runs)
+    head = "".join(f"<th>{e(r)}</th>" for r in runs)
     lines = ["<table>", f'<tr><th class="label">Metric</th>{head}</tr>']
     all_keys = {k for s in flat.values() for k in s}
     shown: set[str] = set()
@@ -428,10 +358,12 @@ def _summary_table(runs: Sequence[str], flat: Mapping[str, Mapping[str, Any]],
         for r in runs:
             present = key in flat[r]
             value = flat[r].get(key)
-            text = format_metric(key, value) if present else "—"
-            if key == "owed_received.teams_at_least_95" and present and \
-                    flat[r].get("owed_received.teams") is not None:
-                text = f"{text} of {format_count(flat[r]['owed_received.teams'])}"
+            text = format_metric(key, value) if present else MISSING
+            if present and _lower_bound(key, flags.get(r, {})):
+                text = format_bound(text, True)
+            teams = key.removesuffix("_at_least_95")
+            if key.endswith(".teams_at_least_95") and present and flat[r].get(teams) is not None:
+                text = f"{text} of {format_count(flat[r][teams])}"
             cls = "" if present else ' class="missing"'
             cells.append(f"<td{cls}>{e(text)}</td>")
         lines.append(f'<tr><td class="label">{e(label)}</td>{"".join(cells)}</tr>')
@@ -441,7 +373,7 @@ def _summary_table(runs: Sequence[str], flat: Mapping[str, Mapping[str, Any]],
         if key == "preemptions":
             for sub in sorted(k for k in all_keys if k.startswith("preemptions.")):
                 row(sub, f"  by reason: {sub.split('.', 1)[1]}")
-    shown.add("owed_received.teams")
+    shown.update({"owed_received.teams", "owed_received_all_work.teams"})
     kinds = {k.split(".")[1] for k in all_keys if k.startswith("wait_s.") and k.count(".") >= 2}
     # 'all' (every kind together) reads best after the kinds it sums up.
     wait_kinds = kind_order(kinds - {"all"}) + (["all"] if "all" in kinds else [])
@@ -505,6 +437,5 @@ def _owed_table(con: duckdb.DuckDBPyConnection, runs: Sequence[str]) -> str:
 __all__ = [
     "SUMMARY_ROWS", "PlotFile", "flatten", "format_count", "format_generic",
     "format_gpu_hours", "format_metric", "format_percent", "format_seconds", "normalise_summary",
-    "render_plots",
-    "safe_name", "summary_from_views", "write_html", "write_plots",
+    "render_plots", "safe_name", "write_html", "write_plots",
 ]

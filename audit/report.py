@@ -1,10 +1,14 @@
 """The audit report: a run's headline figures, computed from the audit views only.
 
 ``summary(con, run)`` answers the questions in the product brief's "Numbers
-from production" for one loaded log: occupancy, the unallocated share of
-delivered time, owed vs received per team, queue-wait percentiles per kind,
-preemptions and the work they lost, fragmentation, and how long the largest
-gang waited. ``render`` lays several runs side by side (allot vs baseline).
+from production" for one loaded log, over the part of it after the warm-up:
+occupancy, the unallocated share of delivered time, owed vs received per team
+(over funded work, and over all work), queue-wait percentiles per kind with
+never-started work counted as censored waits, how long the largest gangs
+waited (started or not), preemptions and the work they lost, and fragmentation
+(stranded GPUs over capacity). ``render`` lays several runs side by side
+(allot vs baseline). It is the one summary: the HTML page shows these figures
+too (audit/html_report.py).
 
 The figures are plain queries over the views in audit/sql/views.sql. The
 expensive part of those views (pairing starts with stops per workload, each
@@ -21,16 +25,18 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import duckdb
+from rich.markup import escape
 from rich.table import Table
 
-from audit.load import create_plain_views, drop_plain_views, ensure_derived
+from audit.database import current_warmup, set_warmup
+from audit.errors import UnknownRun
+from audit.formatting import format_bound, format_count, format_duration, format_percent
+from audit.views import create_plain_views, drop_plain_views, ensure_derived, plain_views_active
 
-
-class UnknownRun(KeyError):
-    """The requested run has no events in the database."""
-
-    def __str__(self) -> str:
-        return f"no run {self.args[0]!r} in the database"
+# Statistics of one kind's waits, as summary() gives them.
+WAIT_STATS = ("n", "started", "never_started", "p50", "p90", "p99", "mean", "max",
+              "p50_censored", "p90_censored", "p99_censored", "mean_censored", "max_censored",
+              "p50_started", "p90_started", "p99_started", "mean_started", "max_started")
 
 
 def runs_in(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -44,111 +50,125 @@ def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> tuple[A
     return row
 
 
-def summary(con: duckdb.DuckDBPyConnection, run: str, wall_seconds: float | None = None) -> dict[str, Any]:
+def summary(con: duckdb.DuckDBPyConnection, run: str, wall_seconds: float | None = None,
+            warmup_s: int | None = None) -> dict[str, Any]:
     """The headline figures of one run (fractions in 0..1, times in seconds).
 
     ``wall_seconds`` is how long producing the run took (e.g. a simulation's
     wall time); the log does not know it, so the caller passes it through.
-    Raises UnknownRun when the database has no events for ``run``.
+    ``warmup_s`` is how much of the run's start every figure leaves out
+    (default: what the connection's ``allot_warmup_s`` says, else the run's
+    lookback window). Raises UnknownRun when the database has no events for ``run``.
     """
     if not _one(con, "SELECT count(*) FROM events WHERE run = ?", [run])[0]:
         raise UnknownRun(run)
-    if ensure_derived(con, run):
-        return _summary(con, run, wall_seconds)
-    # A read-only database whose derived rows for this run are stale (or that
-    # predates them): the same figures, computed from the events alone.
-    create_plain_views(con)
+    before = current_warmup(con)
+    if warmup_s is not None:
+        set_warmup(con, warmup_s)
     try:
-        return _summary(con, run, wall_seconds)
+        if ensure_derived(con, run) or plain_views_active(con):
+            return _summary(con, run, wall_seconds)
+        # A read-only database whose derived rows for this run are stale (or that
+        # predates them): the same figures, computed from the events alone.
+        create_plain_views(con)
+        try:
+            return _summary(con, run, wall_seconds)
+        finally:
+            drop_plain_views(con)
     finally:
-        drop_plain_views(con)
+        if warmup_s is not None:
+            set_warmup(con, before)
+
+
+def _ratios(teams: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """Owed vs received over teams given as (team, owed, received capped, ratio)."""
+    owed = sum(o or 0 for _, o, _, _ in teams)
+    ratios = [r for _, _, _, r in teams if r is not None]
+    return {
+        # Over all teams: every team's capped receipts over everything owed.
+        "total": sum(c or 0 for _, _, c, _ in teams) / owed if owed else None,
+        "worst": min(ratios, default=None),
+        "teams": len(ratios),
+        "teams_at_least_95": sum(r >= 0.95 for r in ratios),
+        "by_team": {team: r for team, _, _, r in teams},
+    }
 
 
 def _summary(con: duckdb.DuckDBPyConnection, run: str, wall_seconds: float | None) -> dict[str, Any]:
     p = [run]
-    sim_seconds, events, scheduler = _one(con, """
-        SELECT s.end_t - s.start_t, s.events, p.scheduler
-        FROM log_span AS s JOIN policy AS p USING (run) WHERE run = ?""", p)
+    sim_seconds, events, scheduler, warmup_s, measured_from, measured_s = _one(con, """
+        SELECT s.end_t - s.start_t, s.events, p.scheduler, u.warmup_s, u.measured_from, u.measured_s
+        FROM log_span AS s JOIN policy AS p USING (run) JOIN warmup AS u USING (run)
+        WHERE run = ?""", p)
+    # Available GPU-hours are those of healthy hosts: busy / (total - unavailable).
     occupancy, unallocated_share, busy_gpu_h = _one(con, """
         SELECT sum(allocated_gpu_h + unallocated_gpu_h) / nullif(sum(total_gpu_h - unavailable_gpu_h), 0),
                sum(unallocated_gpu_h) / nullif(sum(allocated_gpu_h + unallocated_gpu_h), 0),
                sum(allocated_gpu_h + unallocated_gpu_h)
-        FROM occupancy_by_hour WHERE run = ?""", p)
+        FROM occupancy_by_hour WHERE run = ? AND NOT in_warmup""", p)
     teams = con.execute("""
-        SELECT team, owed_gpu_h, received_capped, ratio FROM owed_received_by_team
-        WHERE run = ? ORDER BY team""", p).fetchall()
-    owed = sum(o for _, o, _, _ in teams)
-    ratios = [r for _, _, _, r in teams if r is not None]
-    waits = {
-        kind: {"p50": p50, "p90": p90, "p99": p99, "n": n, "never_started": never}
-        for kind, p50, p90, p99, n, never in con.execute("""
-            SELECT kind, p50, p90, p99, n, never_started FROM wait_percentiles
-            WHERE run = ? ORDER BY kind = 'all', kind""", p).fetchall()
-    }
-    waits.setdefault("all", {"p50": None, "p90": None, "p99": None, "n": 0, "never_started": 0})
+        SELECT team, owed_gpu_h, received_capped, ratio, owed_all_gpu_h, received_all_capped, ratio_all
+        FROM owed_received_by_team WHERE run = ? ORDER BY team""", p).fetchall()
+    cols = ", ".join(WAIT_STATS)
+    waits = {row[0]: dict(zip(WAIT_STATS, row[1:], strict=True)) for row in con.execute(f"""
+        SELECT kind, {cols} FROM wait_percentiles
+        WHERE run = ? ORDER BY kind = 'all', kind""", p).fetchall()}
+    waits.setdefault("all", {s: (0 if s in ("n", "started", "never_started") else None)
+                             for s in WAIT_STATS})
     preemptions = dict(con.execute(
         "SELECT reason, count FROM preemptions WHERE run = ? ORDER BY reason", p).fetchall())
     (lost,) = _one(con, "SELECT coalesce(sum(gpu_hours_lost), 0) FROM preemptions WHERE run = ?", p)
-    # Time-weighted over the hours in which anything was free.
-    (fragmentation,) = _one(con, """
+    stranded, stranded_gpu_h = _one(con, """
+        SELECT sum(stranded_gpu_h) / nullif(sum(capacity_gpu_h), 0), sum(stranded_gpu_h)
+        FROM stranded_by_hour WHERE run = ? AND NOT in_warmup""", p)
+    # The old figure: time-weighted over the hours in which anything was free.
+    (of_free,) = _one(con, """
         SELECT sum(fragmentation * hour_s) / nullif(sum(hour_s), 0)
-        FROM fragmentation_by_hour WHERE run = ? AND fragmentation IS NOT NULL""", p)
-    (largest_gang_wait,) = _one(con, """
-        SELECT max(first_wait_s) FROM workloads
-        WHERE run = ? AND funded
-          AND gpus = (SELECT max(gpus) FROM workloads WHERE run = ? AND funded)""", [run, run])
+        FROM fragmentation_by_hour WHERE run = ? AND NOT in_warmup AND fragmentation IS NOT NULL""", p)
+    gang = con.execute("""
+        SELECT gpus, hosts, workloads, started, never_started, max_wait_s, max_wait_censored,
+               p50_wait_s, p50_wait_censored, max_wait_started_s
+        FROM largest_gang_waits WHERE run = ?""", p).fetchone()
+    gpus, hosts, n_gang, started, never, max_wait, max_censored, p50, p50_censored, max_started = \
+        gang or (None, None, 0, 0, 0, None, False, None, False, None)
     return {
         "run": run,
         "scheduler": scheduler,
         "events": events,
         "sim_seconds": sim_seconds,
         "wall_seconds": wall_seconds,
+        "warmup_s": warmup_s,
+        "measured_from": measured_from,
+        "measured_seconds": measured_s,
         "occupancy": occupancy,
         "unallocated_share": unallocated_share,
         "delivered_gpu_h": busy_gpu_h,
-        "owed_received": {
-            # Over all teams: every team's capped receipts over everything owed.
-            "total": sum(c for _, _, c, _ in teams) / owed if owed else None,
-            "worst": min(ratios, default=None),
-            "teams": len(ratios),
-            "teams_at_least_95": sum(r >= 0.95 for r in ratios),
-            "by_team": {team: r for team, _, _, r in teams},
-        },
+        # Funded (allocated) work only: the lab's definition.
+        "owed_received": _ratios([(t, o, c, r) for t, o, c, r, *_ in teams]),
+        # All of a team's work, funded or not.
+        "owed_received_all_work": _ratios([(t, o, c, r) for t, _, _, _, o, c, r in teams]),
         "wait_s": waits,
         "preemptions": preemptions,
         "lost_gpu_hours": lost,
-        "fragmentation": fragmentation,
-        "largest_gang_wait_s": largest_gang_wait,
+        "fragmentation": stranded,
+        "stranded_gpu_h": stranded_gpu_h,
+        "fragmentation_of_free": of_free,
+        "largest_gang_wait_s": max_wait,
+        "largest_gang_wait_censored": bool(max_censored),
+        "largest_gang_wait_started_s": max_started,
+        "largest_gang": {"gpus": gpus, "hosts": hosts, "workloads": n_gang, "started": started,
+                         "never_started": never, "p50_wait_s": p50,
+                         "p50_wait_censored": bool(p50_censored)},
     }
 
 
 def report(con: duckdb.DuckDBPyConnection, runs: Iterable[str] | None = None,
-           wall_seconds: Mapping[str, float] | None = None) -> dict[str, dict[str, Any]]:
+           wall_seconds: Mapping[str, float] | None = None,
+           warmup_s: int | None = None) -> dict[str, dict[str, Any]]:
     """``summary`` for each of ``runs`` (default: every loaded run), keyed by run."""
     names = list(runs) if runs is not None else runs_in(con)
     walls = wall_seconds or {}
-    return {run: summary(con, run, walls.get(run)) for run in names}
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
-def _dur(s: float | None) -> str:
-    """Seconds as a short human duration."""
-    if s is None:
-        return "-"
-    if s < 120:
-        return f"{s:.0f} s"
-    if s < 2 * 3600:
-        return f"{s / 60:.1f} min"
-    if s < 2 * 86400:
-        return f"{s / 3600:.1f} h"
-    return f"{s / 86400:.1f} d"
-
-
-def _num(x: float | None, digits: int = 0) -> str:
-    return "-" if x is None else f"{x:,.{digits}f}"
+    return {run: summary(con, run, walls.get(run), warmup_s) for run in names}
 
 
 def render(summaries: Mapping[str, Mapping[str, Any]]) -> Table:
@@ -156,32 +176,51 @@ def render(summaries: Mapping[str, Mapping[str, Any]]) -> Table:
     table = Table(title="allot audit", title_justify="left")
     table.add_column("figure", style="bold")
     for run in summaries:
-        table.add_column(run, justify="right")
+        table.add_column(escape(run), justify="right")
     runs = list(summaries.values())
 
     def row(label: str, cell: Any) -> None:
-        table.add_row(label, *(cell(s) for s in runs))
+        table.add_row(label, *(escape(cell(s)) for s in runs))
 
     row("scheduler", lambda s: str(s.get("scheduler") or "-"))
-    row("events", lambda s: _num(s["events"]))
-    row("simulated time", lambda s: _dur(s["sim_seconds"]))
-    row("wall time", lambda s: _dur(s["wall_seconds"]))
-    row("occupancy", lambda s: _pct(s["occupancy"]))
-    row("unallocated share of delivered", lambda s: _pct(s["unallocated_share"]))
-    row("received / owed (all teams)", lambda s: _pct(s["owed_received"]["total"]))
-    row("worst team", lambda s: _pct(s["owed_received"]["worst"]))
-    row("teams at >= 95% of owed", lambda s: f"{s['owed_received']['teams_at_least_95']} of "
-                                            f"{s['owed_received']['teams']}")
+    row("events", lambda s: format_count(s["events"]))
+    row("simulated time", lambda s: format_duration(s["sim_seconds"]))
+    row("warm-up left out", lambda s: format_duration(s.get("warmup_s")))
+    row("measured time", lambda s: format_duration(s.get("measured_seconds")))
+    row("wall time", lambda s: format_duration(s["wall_seconds"]))
+    row("occupancy", lambda s: format_percent(s["occupancy"]))
+    row("unallocated share of delivered", lambda s: format_percent(s["unallocated_share"]))
+    for key, what in (("owed_received", "funded work"), ("owed_received_all_work", "all work")):
+        row(f"received / owed, all teams ({what})",
+            lambda s, k=key: format_percent(s.get(k, {}).get("total")))
+        row(f"worst team ({what})", lambda s, k=key: format_percent(s.get(k, {}).get("worst")))
+        row(f"teams at >= 95% of owed ({what})",
+            lambda s, k=key: f"{s.get(k, {}).get('teams_at_least_95', 0)} of {s.get(k, {}).get('teams', 0)}")
     kinds = sorted({k for s in runs for k in s["wait_s"]}, key=lambda k: (k == "all", k))
     for kind in kinds:
         for q in ("p50", "p90"):
-            row(f"wait {q} ({kind})", lambda s, k=kind, q=q: _dur(s["wait_s"].get(k, {}).get(q)))
+            row(f"wait {q} ({kind}, never-started censored)",
+                lambda s, k=kind, q=q: format_bound(format_duration(s["wait_s"].get(k, {}).get(q)),
+                                                    s["wait_s"].get(k, {}).get(f"{q}_censored")))
+            row(f"wait {q} ({kind}, started only)",
+                lambda s, k=kind, q=q: format_duration(s["wait_s"].get(k, {}).get(f"{q}_started")))
         row(f"never started ({kind})",
-            lambda s, k=kind: _num(s["wait_s"].get(k, {}).get("never_started")))
-    row("largest gang first wait", lambda s: _dur(s["largest_gang_wait_s"]))
+            lambda s, k=kind: format_count(s["wait_s"].get(k, {}).get("never_started")))
+    row("largest gang: GPUs, started of all",
+        lambda s: f"{format_count(s['largest_gang']['gpus'])}: "
+                  f"{s['largest_gang']['started']} of {s['largest_gang']['workloads']}")
+    row("largest gang: longest wait",
+        lambda s: format_bound(format_duration(s["largest_gang_wait_s"]), s["largest_gang_wait_censored"]))
+    row("largest gang: longest wait (started only)",
+        lambda s: format_duration(s["largest_gang_wait_started_s"]))
     reasons = sorted({r for s in runs for r in s["preemptions"]})
     for reason in reasons:
-        row(f"preemptions: {reason}", lambda s, r=reason: _num(s["preemptions"].get(r, 0)))
-    row("GPU-hours lost to preemption", lambda s: _num(s["lost_gpu_hours"], 1))
-    row("fragmentation", lambda s: _pct(s["fragmentation"]))
+        row(f"preemptions: {reason}", lambda s, r=reason: format_count(s["preemptions"].get(r, 0)))
+    row("GPU-hours lost to preemption", lambda s: f"{s['lost_gpu_hours']:,.1f}")
+    row("fragmentation (stranded / capacity)", lambda s: format_percent(s["fragmentation"]))
+    row("fragmented share of free GPUs (old)", lambda s: format_percent(s["fragmentation_of_free"]))
+    empty = [escape(s["run"]) for s in runs if s.get("run") and not s.get("measured_seconds")]
+    if empty:
+        table.caption = (f"{', '.join(empty)}: the warm-up covers the whole log, so nothing is "
+                         "measured; --warmup-s SECONDS (summary(warmup_s=...)) sets a shorter one")
     return table

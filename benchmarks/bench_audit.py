@@ -15,15 +15,22 @@ healthy, so every lifecycle in the concatenation is complete and in order.
 usage carries over from one copy to the next. The audit does not care.)
 
 The log is cached under /tmp (never in the repo). The script reports the load
-time (which includes deriving the run's derived_* tables, see docs/audit.md),
-how much of it the derivation alone takes, then the median time of
-``summary()`` against a baseline measured in the same run on the same database:
-a plain ``SELECT count(*), max(at) FROM events``. Target: summary() <= 5 s for
-10M events. Wall times on a shared machine depend on what else runs, so the
-script also prints the load average, the CPU seconds (all DuckDB threads), and
-how many cores a CPU-bound probe query actually got.
+time (which includes decoding every line with events.decode, on a thread beside
+DuckDB's read, and deriving the run's derived_* tables, see docs/audit.md), how
+much of it the derivation alone takes and how long the decoder takes alone, then
+the median time of ``summary()`` against a baseline measured in the same run on
+the same database: a plain ``SELECT count(*), max(at) FROM events``. Target:
+summary() <= 5 s for 10M events. Wall times on a shared machine depend on what
+else runs, so the script also prints the load average, the CPU seconds (all
+DuckDB threads), and how many cores a CPU-bound probe query actually got.
+
+``--before SRC`` compares loaders in the same run: each round loads the log
+once with the audit package found under SRC (e.g. a checkout of main, before a
+change) and once with this one, alternately, each in a fresh process and a
+fresh database file, and prints the medians and their ratio.
 
 Usage: python -m benchmarks.bench_audit [--events N] [--repeat N] [--fresh]
+                                        [--before SRC [--rounds N]]
 """
 
 from __future__ import annotations
@@ -31,10 +38,13 @@ from __future__ import annotations
 import argparse
 import heapq
 import itertools
+import json
 import os
 import random
 import resource
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -250,11 +260,57 @@ def cpu_and_wall(fn: Callable[[], object]) -> tuple[float, float]:
     return time.perf_counter() - w0, time.process_time() - c0
 
 
+_TIMED_LOAD = """
+import json, sys, time, resource
+sys.path.insert(0, sys.argv[1])
+from audit.load import load_log, open_db
+con = open_db(sys.argv[3])
+c0, w0 = time.process_time(), time.perf_counter()
+n = load_log(con, sys.argv[2], run="bench")
+wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+con.close()
+print(json.dumps({"events": n, "wall": wall, "cpu": cpu,
+                  "rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}))
+"""
+
+
+def timed_load(src: Path, log: Path, db: Path) -> dict[str, float]:
+    """One load of ``log`` into a fresh ``db`` by the audit package under ``src``, in a child process."""
+    for p in (db, db.with_suffix(".duckdb.wal")):
+        p.unlink(missing_ok=True)
+    out = subprocess.run([sys.executable, "-c", _TIMED_LOAD, str(src), str(log), str(db)],
+                         check=True, capture_output=True, text=True, cwd="/")
+    db.unlink(missing_ok=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def compare_loads(before: Path, log: Path, rounds: int) -> None:
+    """Load ``log`` with the package under ``before`` and with this one, alternately."""
+    here = Path(__file__).resolve().parent.parent
+    db = CACHE / "compare.duckdb"
+    got: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    for r in range(rounds):
+        for name, src in (("before", before), ("after", here)):
+            res = timed_load(src, log, db)
+            got[name].append(res)
+            print(f"  round {r + 1} {name:6s}: {res['events']:,.0f} events, {res['wall']:.1f} s wall, "
+                  f"{res['cpu']:.1f} s CPU, peak {res['rss_gb']:.1f} GB; load average "
+                  f"{os.getloadavg()[0]:.2f}")
+    med = {k: (statistics.median(x["wall"] for x in v), statistics.median(x["cpu"] for x in v))
+           for k, v in got.items()}
+    print(f"load, median of {rounds}: before {med['before'][0]:.1f} s wall / {med['before'][1]:.1f} s "
+          f"CPU; after {med['after'][0]:.1f} s wall / {med['after'][1]:.1f} s CPU; ratio "
+          f"{med['after'][0] / med['before'][0]:.2f}x wall, {med['after'][1] / med['before'][1]:.2f}x CPU")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=10_000_000, help="target log size (default 10M)")
     ap.add_argument("--repeat", type=int, default=3, help="timed summary() runs (default 3)")
     ap.add_argument("--fresh", action="store_true", help="rebuild the cached log")
+    ap.add_argument("--before", type=Path, metavar="SRC",
+                    help="also compare load times with the audit package under SRC (e.g. main)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the --before comparison")
     args = ap.parse_args(argv)
     print(f"machine: {machine()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -264,6 +320,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.fresh or not log_path.exists():
         build_log(log_path, args.events)
     size = log_path.stat().st_size
+    if args.before:
+        compare_loads(args.before, log_path, args.rounds)
+    from audit.records import scan
+
+    decode_wall, decode_cpu = cpu_and_wall(lambda: scan(log_path))
+    print(f"events.decode over every line alone (the loader's scan, one thread): "
+          f"{decode_wall:.1f} s wall, {decode_cpu:.1f} s CPU")
     db_path = CACHE / "audit.duckdb"
     for p in (db_path, db_path.with_suffix(".duckdb.wal")):
         p.unlink(missing_ok=True)

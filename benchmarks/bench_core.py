@@ -76,8 +76,10 @@ def build(seed: int = 7) -> tuple[Engine, list]:
                            resumable=rng.random() < 0.7, priority=rng.choice([0, 0, 1])))
             n += 1
         feed(mk.tick(t))
-    # Then pending on top, up to 2,000.
+    # Then pending on top, up to 2,000 (inputs take effect at the trusted clock's now,
+    # and one stamped beyond now + clock_skew_s would be rejected: move the clock first).
     t += 60
+    feed(mk.tick(t, cycle=False))
     while eng.state.workloads.pending_count() < 2000:
         hosts, per = rng.choice(shapes)
         mr = rng.choice([0, 900, HOUR, 4 * HOUR, 8 * HOUR])
@@ -86,7 +88,7 @@ def build(seed: int = 7) -> tuple[Engine, list]:
         n += 1
     # Advance the clock (no cycle) so the benchmark cycle has real choices to make.
     t += 2 * HOUR
-    eng.state.now = t
+    feed(mk.tick(t, cycle=False))
     return eng, log
 
 

@@ -4,6 +4,8 @@
 --   allot audit sql "$(cat query.sql)"
 -- Every query runs on any loaded database (a test checks that); add
 -- `WHERE run = '...'` to look at one run when several are loaded.
+-- The warm-up aware views leave out each run's first lookback window; to keep
+-- everything, first run:  SET VARIABLE allot_warmup_s = 0;
 
 -- 1. Why was a workload preempted? Every run that ended in a preemption: which
 --    rule, which workload (or host) took the GPUs, and whether it went back to
@@ -28,10 +30,9 @@ ORDER BY g.run, day, team;
 -- 3. The worst first waits: who waited longest before their first start, and
 --    what they asked for. Workloads still waiting at the end of the log come first.
 SELECT run, workload, team, kind, gpus, hosts, submitted_at,
-       coalesce(first_wait_s, (SELECT end_t FROM log_span AS s WHERE s.run = w.run) - submitted_at)
-           AS waited_s,
-       first_wait_s IS NULL AS still_waiting
-FROM waits AS w
+       wait_s AS waited_s,     -- for one still waiting: at least this long (censored)
+       censored AS still_waiting
+FROM waits
 ORDER BY still_waiting DESC, waited_s DESC
 LIMIT 20;
 
@@ -96,3 +97,34 @@ WHERE stop_reason = 'preempted' AND NOT requeued
 GROUP BY ALL
 ORDER BY lost_gpu_h DESC
 LIMIT 20;
+
+-- Who starved? Per kind, how many never started, and the waits with them
+-- counted (censored: a lower bound) next to the waits of the ones that started.
+SELECT run, kind, n, never_started,
+       round(p90) AS p90_s, p90_censored, round(p90_started) AS p90_started_s
+FROM wait_percentiles
+ORDER BY run, kind = 'all', kind;
+
+-- The largest gangs: how many of them ever started, and the longest wait
+-- (a gang that never started counts with its wait so far).
+SELECT run, gpus, workloads, started, max_wait_s, max_wait_censored, max_wait_started_s
+FROM largest_gang_waits;
+
+-- Stranded capacity per day: free GPUs on partly free hosts while a whole-host
+-- workload waits, as a share of all GPU-hours.
+SELECT run, date_trunc('day', to_timestamp(hour)) AS day,
+       round(sum(stranded_gpu_h) / nullif(sum(capacity_gpu_h), 0), 4) AS stranded_share
+FROM stranded_by_hour
+WHERE NOT in_warmup
+GROUP BY ALL
+ORDER BY run, day;
+
+-- Owed vs received over funded work and over all work, per team.
+SELECT run, team, round(ratio, 3) AS funded_ratio, round(ratio_all, 3) AS all_work_ratio
+FROM owed_received_by_team
+ORDER BY run, team;
+
+-- What a load left out: lines skipped with --skip-bad, and a log's cut last line.
+SELECT l.run, l.source, l.events, l.lines, s.line, s.reason
+FROM loaded_runs AS l LEFT JOIN skipped_lines AS s USING (run)
+ORDER BY l.run, s.line;

@@ -92,8 +92,8 @@ def _first(item: tuple[tuple[int, int, int, str], Workload]) -> tuple[int, int, 
 class WorkloadsProjection:
     """The fold of workload lifecycle events."""
 
-    __slots__ = ("all", "by_shape", "free_shapes", "pending", "pending_free", "running",
-                 "running_version", "seq")
+    __slots__ = ("all", "by_shape", "free_by_shape", "free_shapes", "pending", "pending_free",
+                 "running", "running_version", "seq")
 
     def __init__(self) -> None:
         self.all: dict[str, Workload] = {}
@@ -111,6 +111,9 @@ class WorkloadsProjection:
         # order): a cycle visits only shapes that could start, so a small job is
         # not stuck behind a long line of large ones it would never be compared to.
         self.by_shape: dict[str, dict[tuple[int, int], list[tuple[tuple[int, int, int, str], Workload]]]] = {}
+        # The same split for unallocated pending work: lending visits only the
+        # shapes that still fit, however long a leaf's queue is.
+        self.free_by_shape: dict[str, dict[tuple[int, int], list[tuple[tuple[int, int, int, str], Workload]]]] = {}
 
     def submit(self, w: Workload) -> None:
         self.all[w.id] = w
@@ -126,9 +129,10 @@ class WorkloadsProjection:
         shape = (w.hosts, w.gpus_per_host)
         if w.min_runtime_s == 0:
             self.free_shapes[shape] = self.free_shapes.get(shape, 0) + 1
+            index = self.free_by_shape
         else:
-            insort(self.by_shape.setdefault(w.budget, {}).setdefault(shape, []),
-                   (w.queue_key, w), key=_first)
+            index = self.by_shape
+        insort(index.setdefault(w.budget, {}).setdefault(shape, []), (w.queue_key, w), key=_first)
 
     def _dequeue(self, w: Workload) -> None:
         shape = (w.hosts, w.gpus_per_host)
@@ -136,14 +140,16 @@ class WorkloadsProjection:
             self.free_shapes[shape] -= 1
             if not self.free_shapes[shape]:
                 del self.free_shapes[shape]
+            index = self.free_by_shape
         else:
-            shapes = self.by_shape[w.budget]
-            q = shapes[shape]
-            del q[bisect_left(q, w.queue_key, key=_first)]
-            if not q:
-                del shapes[shape]
-                if not shapes:
-                    del self.by_shape[w.budget]
+            index = self.by_shape
+        shapes = index[w.budget]
+        q = shapes[shape]
+        del q[bisect_left(q, w.queue_key, key=_first)]
+        if not q:
+            del shapes[shape]
+            if not shapes:
+                del index[w.budget]
         queues = self._queues(w)
         q = queues[w.budget]
         del q[bisect_left(q, w.queue_key, key=_first)]

@@ -26,7 +26,8 @@ from projections.cluster import DEGRADED, FAILED
 from projections.workloads import Workload
 from scheduler.emit import Emitter
 from scheduler.placement import Capacity
-from scheduler.preemption import VictimIndex
+from scheduler.preemption import VictimIndex, flat_costs
+from scheduler.rules import baseline_rule
 
 if TYPE_CHECKING:
     from events import Event
@@ -88,6 +89,9 @@ def decide(state: State, cause: str = "cycle") -> list[Event]:
     queue += [w for q in state.workloads.pending_free.values() for _, w in q]
     queue.sort(key=lambda w: w.queue_key)
     searches = state.policy.preemption_searches
+    # The old scheduler knew no minimum runtimes or checkpoints: a victim costs the
+    # work it loses (all of its run unless it resumes), then its GPUs.
+    costs = flat_costs(now)
     # Failed searches: (hosts, GPUs per host, opted out, priority). A later job
     # asking for at least as much with no more rights cannot succeed either.
     failed: list[tuple[int, int, bool, int]] = []
@@ -113,13 +117,8 @@ def decide(state: State, cause: str = "cycle") -> list[Event]:
             if capacity.total_free + victims.unallocated_gpus < w.gpus:
                 failed.append((n, k, opt_out, w.priority))
                 continue
-            prio = w.priority
-            plan = victims.search(
-                w.hosts, w.gpus_per_host, now, capacity,
-                lambda v, opt_out=opt_out, prio=prio: (
-                    "priority" if not v.w.allocated and (opt_out or v.w.priority < prio) else None
-                ),
-            )
+            plan = victims.search(w.hosts, w.gpus_per_host, now, capacity,
+                                  baseline_rule(opt_out, w.priority), w.id, costs)
             if plan is not None:
                 for v, reason in plan.victims:
                     stop(v.w, reason, by=w.id)

@@ -5,20 +5,34 @@ capacity, the fair-share order) and returns the events that carry its
 decisions; the engine folds them back into the state. Written, like Kueue's
 scheduler, as numbered steps:
 
-1. Snapshot free capacity on healthy hosts and the protected commitments.
+1. Snapshot free capacity on healthy hosts, and the standing reservations
+   (``scheduler.reservations``): their hosts take backfill only.
 2. Drain faulty hosts: preempt what is no longer protected there (everything on
    a failed host), and mark empty faulty hosts drained for repair.
 3. Rank allocations by hierarchical fair share (usage + commitment per share).
-4. Admit allocated work in that order: each leaf serves its queue by priority;
-   a workload starts on free GPUs (packed), else preempts the cheapest set of
-   victims it may take, else (if it needs whole hosts) reserves the hosts that
-   free up soonest, so later work may only backfill them until then.
-5. Lend every GPU still free to unallocated work (never protected, never charged).
+4. Start the holders of reservations that came due, first: they take their
+   hosts back before anything else can.
+5. Admit allocated work in fair-share order: each leaf serves its queue by
+   priority, visiting only shapes that could start; a workload starts on free
+   GPUs (packed), else preempts the cheapest set of victims it may take
+   (``scheduler.rules``, ``scheduler.preemption``), else (if it needs whole
+   hosts) is noted for a reservation. GPUs a preemption freed beyond what its
+   preemptor used go to allocated work that fits, in the same order.
+6. Lend every GPU still free to unallocated work (never protected, never charged).
+
+Work per cycle is bounded by shapes, not by a queue depth that could hide work
+that fits: in every leaf the first workload of each shape is examined; when it
+cannot start, a later one of that shape could only do better with a shorter
+minimum runtime (backfill a reservation, or commit less for fair share), so
+only such are examined, at most ``queue_depth`` of them past the failure.
+Preemption searches are bounded per cycle (``preemption_searches``).
+
+When traced (``allot explain``), the cycle records for each pending workload
+an ``Outcome``: how it started, or what blocks it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -27,8 +41,10 @@ from projections.cluster import FAILED
 from projections.workloads import Workload
 from scheduler.emit import Emitter
 from scheduler.placement import NEVER, Capacity
-from scheduler.preemption import UNALLOCATED, Victim, VictimIndex
+from scheduler.preemption import CostModel, VictimIndex, checkpoint_interval
 from scheduler.ranking import Ranking, commitments
+from scheduler.reservations import Book, Frees, Reservation, host_frees, ready_times, size_class
+from scheduler.rules import BudgetRule, Due, less_used
 
 if TYPE_CHECKING:
     from events import Event
@@ -36,27 +52,41 @@ if TYPE_CHECKING:
 
 
 class Outcome(msgspec.Struct, frozen=True, omit_defaults=True):
-    """What one cycle did with one pending workload (recorded only when tracing)."""
+    """What one cycle did with one pending workload (recorded only when tracing).
 
-    status: str  # started | blocked | not_examined
+    ``status`` is ``started`` (``reason``: ``fits``, ``preempted`` or
+    ``reservation``) or ``blocked``, with ``reason`` one of:
+
+    - ``reserved``: it holds hosts until ``until`` (``hosts``);
+    - ``protected_victims``: work it may take holds the GPUs it needs until ``until``;
+    - ``reserved_hosts``: it would fit, but the free hosts are held for ``holder``'s
+      reservation until ``until``, and its own protection would outlast that;
+    - ``fragmentation``: enough GPUs are free, but not on hosts that fit its shape;
+    - ``faulty_hosts``: it would fit the cluster if its faulty hosts were healthy;
+    - ``no_free_gpus``: unallocated work starts only on free GPUs, and no host has
+      enough;
+    - ``search_budget``: it could take victims now, but the cycle's preemption
+      searches ran out first;
+    - ``better_ranked``: the GPUs it needs are held by work it may not take.
+    """
+
+    status: str
     reason: str = ""
     detail: str = ""
     hosts: tuple[str, ...] = ()
     until: int | None = None
     victims: tuple[str, ...] = ()
+    holder: str | None = None
 
 
-class Reservation(msgspec.Struct, frozen=True):
-    """Hosts held for a blocked workload until its victims' protection ends."""
+def decide(state: State, cause: str = "cycle", trace: dict[str, Outcome] | None = None,
+           only: str | None = None) -> list[Event]:
+    """Run one cycle at ``state.now``; return its decisions as events (state untouched).
 
-    workload: str
-    hosts: tuple[str, ...]
-    until: int
-
-
-def decide(state: State, cause: str = "cycle", trace: dict[str, Outcome] | None = None) -> list[Event]:
-    """Run one cycle at ``state.now``; return its decisions as events (state untouched)."""
-    return Cycle(state, cause, trace).run()
+    With ``trace``, record the ``Outcome`` of every pending workload (of ``only``,
+    when given) in it.
+    """
+    return Cycle(state, cause, trace, only).run()
 
 
 def drain(state: State, cause: str) -> list[Event]:
@@ -67,64 +97,56 @@ def drain(state: State, cause: str) -> list[Event]:
     return cycle.emit.events
 
 
+Shape = tuple[int, int]
+
+
 class Cycle:
     """The working set of one cycle. Nothing here outlives ``run()``."""
 
-    def __init__(self, state: State, cause: str, trace: dict[str, Outcome] | None) -> None:
+    def __init__(self, state: State, cause: str, trace: dict[str, Outcome] | None,
+                 only: str | None = None) -> None:
         self.state = state
         self.now = state.now
         self.policy = state.policy
         self.emit = Emitter(state.cluster, state.now, cause)
         self.trace = trace
+        self.only = only
         self.gone: set[str] = set()  # workloads stopped in this cycle
         self._victims: VictimIndex | None = None
         self._ranking: Ranking | None = None
+        self._costs: CostModel | None = None
+        self._frees: Frees | None = None
         # Per leaf, (hosts, GPUs per host, commitment) of searches that found no plan.
         self.failed: dict[str, list[tuple[int, int, int]]] = {}
-        self.to_reserve: list[Workload] = []  # blocked, reservation not yet worked out
+        self.to_reserve: list[Workload] = []  # noted for a reservation, not yet worked out
         self._reach: dict[tuple[str, int, int, int], int] = {}  # could_start's per-leaf bound
-        self.held: dict[str, Reservation] = {}  # standing reservations, by workload
-        self.due: dict[str, tuple[frozenset[str], int]] = {}  # reached: (hosts, made at)
+        self.searches_left = self.policy.preemption_searches
+        self.leftover = False  # a preemption freed more than its preemptor took
+        self.started: set[str] = set()  # workloads started in this cycle
 
     # ------------------------------------------------------------------ the steps
 
     def run(self) -> list[Event]:
         # 1. Snapshot (with the reservations still standing).
         self.capacity = Capacity(self.state)
-        self.load_reservations()
+        self.book = Book(self.state, self.capacity)
         # 2. Drain faulty hosts.
         self.drain_faulty_hosts()
         # 3. Rank allocations: on first use (the ``ranking`` property), since
         #    about half the cycles of a busy cluster never need the order.
-        # 4. Admit allocated work: fit, else preempt, else reserve.
+        # 4. Reservations that came due start first.
+        self.start_due()
+        # 5. Admit allocated work: fit, else preempt, else note for a reservation;
+        #    then what preemptions left over goes to allocated work that fits.
         self.admit_allocated()
-        # 5. Lend what is left to unallocated work.
+        if self.leftover:
+            self.fill_leftover()
+        # 6. Lend what is left to unallocated work.
         self.lend_to_unallocated()
         if self.trace is not None:
             self.settle_reservation()
+            self.record_blocked()
         return self.emit.events
-
-    def load_reservations(self) -> None:
-        """Reservations of earlier cycles: standing ones hold hosts, due ones take them back.
-
-        Before ``until`` a reservation keeps its hosts for backfill only; from
-        ``until`` its holder may preempt, on those hosts, any unprotected work
-        that started after the reservation was made (the backfill), whatever
-        fair share would say. A holder that still cannot start may then ask for
-        a new reservation.
-        """
-        pending = self.state.workloads.all
-        for wid, (hosts, until, since) in sorted(self.state.reservations.items()):
-            w = pending.get(wid)
-            if w is None or w.status != "pending":
-                continue
-            if until <= self.now:
-                self.due[wid] = (frozenset(hosts), since)
-                continue
-            for h in hosts:
-                if h in self.capacity.free:
-                    self.capacity.reserve(h, until, wid)
-            self.held[wid] = Reservation(wid, hosts, until)
 
     # ------------------------------------------------------------------ step 2
 
@@ -148,6 +170,25 @@ class Cycle:
 
     # ------------------------------------------------------------------ step 4
 
+    def start_due(self) -> None:
+        """Holders of due reservations take their hosts (earliest first), before anyone else.
+
+        By construction the reserved hosts hold enough GPUs for the holder once it
+        takes the work it was granted them on, so this never needs a search budget.
+        """
+        if not self.book.due:
+            return
+        pending = self.state.workloads.all
+        for wid, r in sorted(self.book.due.items(), key=lambda kv: (kv[1].until, kv[0])):
+            w = pending[wid]
+            started = self.place(w, BudgetRule(self.ranking, w, Due(frozenset(r.hosts), r.since)),
+                                 budgeted=False)
+            self.book.release(w)
+            if started:
+                self.ranking.commit(w.budget, w.gpus * w.min_runtime_s)
+
+    # ------------------------------------------------------------------ step 5
+
     def admit_allocated(self) -> None:
         by_shape = self.state.workloads.by_shape
         if not by_shape:
@@ -155,64 +196,92 @@ class Cycle:
         ranking = self.ranking
         ranking.activate(list(by_shape))
         depth = self.policy.queue_depth
-        self.searches_left = self.policy.preemption_searches
-        self.reservations_left = self.policy.reservations - len(self.held)
-        # Per leaf and shape, how far this cycle has read; per leaf, how many
-        # workloads it examined (at most queue_depth, as Slurm's default_queue_depth).
-        cursor: dict[tuple[str, tuple[int, int]], int] = {}
-        examined: dict[str, int] = {}
+        # Per leaf and shape: how far this cycle has read, and the shortest minimum
+        # runtime that already failed there (only shorter ones can do better).
+        cursors: dict[str, dict[Shape, int]] = {}
+        floors: dict[str, dict[Shape, int]] = {}
+        started_here = self.started
         leaf = ranking.best()
         while leaf is not None:
-            shapes = by_shape[leaf]
+            shapes = by_shape.get(leaf, {})
+            cursor = cursors.setdefault(leaf, {})
+            floor = floors.setdefault(leaf, {})
             started = None
-            while examined.get(leaf, 0) < depth:
+            while True:
                 # The next workload in the leaf's serving order among the shapes
                 # that could start now; shapes that cannot are not even read.
-                best: tuple[tuple[int, int, int, str], tuple[int, int], Workload] | None = None
+                best: tuple[tuple[int, int, int, str], Shape, int, Workload] | None = None
                 for shape, queue in shapes.items():
-                    i = cursor.get((leaf, shape), 0)
+                    i = cursor.get(shape, 0)
+                    if floor:
+                        f = floor.get(shape)
+                        if f is not None:
+                            i = cursor[shape] = _next_shorter(queue, i, f, depth)
                     if i < len(queue) and (best is None or queue[i][0] < best[0]) \
                             and self.could_start(leaf, shape):
-                        best = (queue[i][0], shape, queue[i][1])
+                        best = (queue[i][0], shape, i, queue[i][1])
                 if best is None:
                     break
-                _, shape, w = best
-                cursor[(leaf, shape)] = cursor.get((leaf, shape), 0) + 1
-                examined[leaf] = examined.get(leaf, 0) + 1
+                _, shape, i, w = best
+                cursor[shape] = i + 1
+                if w.id in started_here:  # a due holder, served in step 4
+                    continue
                 if self.try_allocated(w):
                     started = w
                     break
+                f = floor.get(shape)
+                if f is None or w.min_runtime_s < f:
+                    floor[shape] = w.min_runtime_s
             if started is not None:
                 # Its commitment moves this allocation down the order.
                 ranking.commit(leaf, started.gpus * started.min_runtime_s)
-                if examined[leaf] >= depth:
-                    ranking.deactivate(leaf)
             else:
                 ranking.deactivate(leaf)
             if self.exhausted():
                 break
             leaf = ranking.best()
-        if self.trace is not None:
-            for leaf, queue in self.state.workloads.pending.items():
-                for _, w in queue:
-                    if w.id not in self.trace:
-                        self.trace[w.id] = Outcome(
-                            "not_examined",
-                            "queue_depth" if examined.get(leaf, 0) >= depth else "cannot_start",
-                            f"only the first {depth} workloads of a leaf are examined per cycle"
-                            if examined.get(leaf, 0) >= depth else
-                            "its shape neither fits free GPUs nor has a preemption left to try "
-                            "this cycle",
-                        )
 
-    def could_start(self, leaf: str, shape: tuple[int, int]) -> bool:
+    def fill_leftover(self) -> None:
+        """GPUs a preemption freed beyond its preemptor's need: allocated work that fits, in order.
+
+        Leaves that found nothing to start earlier in the cycle were passed over
+        with less free capacity; this gives them the rest, fit only (reading at
+        most ``queue_depth`` workloads per shape past one that does not fit).
+        """
+        by_shape = self.state.workloads.by_shape
+        cap = self.capacity
+        depth = self.policy.queue_depth
+        starts: list[Workload] = []
+        for leaf in self.ranking.iter_leaves():
+            if cap.total_free <= 0:
+                break
+            for (n, k), queue in by_shape.get(leaf, {}).items():
+                misses = 0
+                for _, w in queue:
+                    if cap.total_free < n * k or misses > depth:
+                        break
+                    if w.id in self.started:
+                        continue
+                    self.settle_reservation()
+                    hosts = cap.choose(n, k, self.now + w.min_runtime_s, w.id)
+                    if hosts is None:
+                        if not cap.reserved:
+                            break  # this shape fits nowhere: the rest of the queue neither
+                        misses += 1  # (a shorter protection might still backfill)
+                        continue
+                    self.start(w, hosts)
+                    starts.append(w)
+        for w in starts:
+            self.ranking.commit(w.budget, w.gpus * w.min_runtime_s)
+
+    def could_start(self, leaf: str, shape: Shape) -> bool:
         """Might a workload of ``shape`` in ``leaf`` start now (fit, preempt, or be noted for a reservation)?
 
         An upper bound, cheap enough to ask per shape at every step: free GPUs on
         enough hosts; or a search left, and preemption could free enough even for
         a workload committing nothing (the bound of could_free at commitment 0,
-        kept per leaf until capacity or victims change); or a reservation still
-        to hand out for work needing whole hosts.
+        kept per leaf until capacity or victims change); or a reservation slot of
+        its size class still free for work needing whole hosts.
         """
         n, k = shape
         cap = self.capacity
@@ -230,7 +299,10 @@ class Cycle:
                 bound = self._reach[key] = self.freeable(leaf, 0)
             if bound >= n * k:
                 return True
-        return self.reservations_left > 0 and k >= cap.max_gpus
+        if k < cap.max_gpus:
+            return False
+        book = self.book  # (Book.slot_free, inlined: this is asked per shape at every step)
+        return book.used.get(n.bit_length(), 0) < book.per_class
 
     def exhausted(self) -> bool:
         """Nothing more can start this cycle: no free GPU and no preemption left to try."""
@@ -239,6 +311,15 @@ class Cycle:
         return self.searches_left <= 0 or self.victims().size == 0
 
     def try_allocated(self, w: Workload) -> bool:
+        """Start ``w`` (fit, else preempt), or note why not; True when it started."""
+        if self.place(w, None):
+            return True
+        if w.gpus_per_host >= self.capacity.max_gpus and self.book.note(w):
+            self.to_reserve.append(w)
+        return False
+
+    def place(self, w: Workload, rule: BudgetRule | None, budgeted: bool = True) -> bool:
+        """Start ``w`` on free GPUs, else on the cheapest victims ``rule`` lets it take."""
         n, k = w.hosts, w.gpus_per_host
         ends_by = self.now + w.min_runtime_s
         # a. Free GPUs.
@@ -248,85 +329,70 @@ class Cycle:
             if hosts is not None:
                 self.start(w, hosts)
                 return True
-        # b. Preemption, under the fair-share rule (Kueue's LessThanOrEqualToFinalShare,
-        #    made strict): only victims whose side stays more used than w's side
-        #    *after* w's own commitment. That is what makes thrash impossible (the
-        #    victim's side is then the more used one). Skipped when a search at
-        #    least as easy already failed in this leaf, when a cheap bound says no
-        #    set of victims can be enough, and for a workload holding a
-        #    reservation: that reservation is its plan.
-        held = self.held.get(w.id)
+        # b. Preemption, under the budget rule (scheduler.rules). Skipped when a
+        #    search at least as easy already failed in this leaf, or when a cheap
+        #    bound says no set of victims can be enough (due holders skip both:
+        #    their hosts are theirs).
         commitment = w.gpus * w.min_runtime_s
-        if held is None and self.searches_left > 0 and self.victims().size \
-                and not self.dominated(w, commitment):
-            if w.id not in self.due and not self.could_free(w, commitment):
-                self.note_failed(w, commitment)
-            else:
-                self.settle_reservation()
-                self.searches_left -= 1
-                plan = self.victims().search(n, k, ends_by, self.capacity,
-                                             self.rule_for(w, commitment), w.id)
-                if plan is None:
-                    self.note_failed(w, commitment)
-                else:
-                    victim_ids = []
-                    for v, reason in plan.victims:
-                        self.stop(v.w, reason, by=w.id)
-                        victim_ids.append(v.w.id)
-                    self.start(w, plan.hosts, victims=tuple(victim_ids))
-                    return True
-        return self.blocked(w, held)
-
-    def blocked(self, w: Workload, held: Reservation | None) -> bool:
-        """``w`` cannot start now; note it for a reservation if it needs whole hosts."""
-        if held is not None:
-            if self.trace is not None:
-                self.trace[w.id] = Outcome("blocked", "reserved",
-                                           "hosts held until protection ends there",
-                                           hosts=held.hosts, until=held.until)
+        if not self.victims().size or (budgeted and (self.searches_left <= 0
+                                                     or self.dominated(w, commitment))):
             return False
-        if self.reservations_left > 0 and w.gpus_per_host >= self.capacity.max_gpus:
-            self.reservations_left -= 1
-            self.to_reserve.append(w)
-        if self.trace is not None:
-            self.trace[w.id] = Outcome("blocked", "no_placement")
-        return False
+        if budgeted and not self.could_free(w, commitment):
+            self.note_failed(w, commitment)
+            return False
+        self.settle_reservation()
+        if budgeted:
+            self.searches_left -= 1
+        plan = self.victims().search(n, k, ends_by, self.capacity,
+                                     rule or BudgetRule(self.ranking, w), w.id, self.costs)
+        if plan is None:
+            self.note_failed(w, commitment)
+            return False
+        victim_ids = []
+        freed = 0
+        for v, reason in plan.victims:
+            self.stop(v.w, reason, by=w.id)
+            victim_ids.append(v.w.id)
+            freed += v.w.gpus
+        self.start(w, plan.hosts, victims=tuple(victim_ids),
+                   how="reservation" if not budgeted else "preempted")
+        if freed > w.gpus:
+            self.leftover = True
+        return True
 
     def settle_reservation(self) -> None:
-        """Reserve hosts for blocked workloads noted earlier in this cycle (see step 4c)."""
+        """Work out the reservations noted earlier in this cycle (lazily: see scheduler.reservations)."""
         while self.to_reserve:
             w = self.to_reserve.pop(0)
-            r = self.reserve_for(w)
+            ready = ready_times(w, self.capacity, self.frees, BudgetRule(self.ranking, w),
+                                self.gone, self.now)
+            r = self.book.plan(w, ready)
             if r is not None:
-                self.held[w.id] = r
                 self.emit.reserved(w.id, r.hosts, r.until)
-                if self.trace is not None:
-                    self.trace[w.id] = Outcome("blocked", "reserved",
-                                               "hosts held until protection ends there",
-                                               hosts=r.hosts, until=r.until)
 
     def note_failed(self, w: Workload, commitment: int) -> None:
         """Remember a failed search in ``w``'s leaf (only entries no other one covers)."""
         n, k = w.hosts, w.gpus_per_host
         failed = self.failed.setdefault(w.budget, [])
-        if any(n >= fn and k >= fk and commitment >= fc for fn, fk, fc in failed):
+        if any(n == fn and k >= fk and commitment >= fc for fn, fk, fc in failed):
             return
-        failed[:] = [f for f in failed if not (f[0] >= n and f[1] >= k and f[2] >= commitment)]
+        failed[:] = [f for f in failed if not (f[0] == n and f[1] >= k and f[2] >= commitment)]
         failed.append((n, k, commitment))
 
     def dominated(self, w: Workload, commitment: int) -> bool:
-        """True when a search in ``w``'s leaf that asked for no more than ``w`` failed.
+        """True when a search in ``w``'s leaf for as many hosts, asking no more, failed.
 
         Inside one leaf, later workloads have no higher priority, so they may take
-        no more victims; a request at least as large (hosts, GPUs per host, and
-        commitment, which tightens the fair-share rule) cannot succeed where a
-        smaller one failed. This keeps a cycle's cost bounded under backlog, like
-        Slurm skipping jobs larger than one already known not to start. (Across
-        leaves it would not hold: another leaf may preempt its own lower-priority
-        work, or sit at a different point of the tree.)
+        no more victims; a request for the same number of hosts and at least as
+        much per host and commitment (which tightens the fair-share rule) cannot
+        succeed where a smaller one failed. This keeps a cycle's cost bounded under
+        backlog, like Slurm skipping jobs larger than one already known not to
+        start. (Not across host counts: a gang may take victim gangs up to its own
+        size, which a smaller request may not. Nor across leaves: another leaf may
+        preempt its own lower-priority work, or sit elsewhere in the tree.)
         """
         n, k = w.hosts, w.gpus_per_host
-        return any(n >= fn and k >= fk and commitment >= fc
+        return any(n == fn and k >= fk and commitment >= fc
                    for fn, fk, fc in self.failed.get(w.budget, ()))
 
     def could_free(self, w: Workload, commitment: int) -> bool:
@@ -338,10 +404,10 @@ class Cycle:
 
         Under the fair-share rule, whether it may take a victim is decided at the
         level where their paths part, by comparing its side with the victim's
-        side: so the victims it may take are whole sibling subtrees. Their GPUs,
-        plus unallocated victims, plus its own leaf's of lower ``priority`` (all
-        of them when None), plus free GPUs, bound what it could ever get.
-        O(siblings along its path).
+        side (``rules.less_used``): so the victims it may take are whole sibling
+        subtrees. Their GPUs, plus unallocated victims, plus its own leaf's of
+        lower ``priority`` (all of them when None), plus free GPUs, bound what it
+        could ever get. O(siblings along its path).
         """
         idx = self.victims()
         by_node = idx.by_node
@@ -355,145 +421,162 @@ class Cycle:
             sx = shares[x]
             if sx <= 0:
                 break
-            ux = use[x] + commitment
+            ux = use[x]
             for y in children[path[i - 1]]:
-                if y != x and y in by_node:
-                    sy = shares[y]
-                    if sy <= 0 or ux * sy < use[y] * sx:
-                        have += by_node[y]
+                if y != x and y in by_node and less_used(ux, sx, use[y], shares[y], commitment):
+                    have += by_node[y]
         return have
 
-    def rule_for(self, w: Workload, commitment: int) -> Callable[[Victim], str | None]:
-        """Which victims ``w`` may take, and why: the preemption rule of the budget policy.
-
-        - unallocated work: always (``reclaim_unallocated``);
-        - the same leaf: only lower priority (``priority``);
-        - another leaf: only when fair share says so, counting ``commitment`` on
-          ``w``'s side (``fair_share``, see Ranking.may_preempt). Decided once per
-          victim leaf.
-        """
-        budget, priority = w.budget, w.priority
-        by_leaf: dict[str, str | None] = {}
-        may_preempt = self.ranking.may_preempt
-        due = self.due.get(w.id)
-
-        def rule(v: Victim) -> str | None:
-            if v.cls <= UNALLOCATED:
-                return "reclaim_unallocated"
-            if due is not None:  # a due reservation takes back its hosts from backfill
-                hosts, since = due
-                if (v.w.started_at or 0) >= since and any(h in hosts for h, _ in v.w.placement):
-                    return "reservation"
-            vb = v.w.budget
-            if vb == budget:
-                return "priority" if v.w.priority < priority else None
-            if vb not in by_leaf:
-                by_leaf[vb] = "fair_share" if may_preempt(budget, commitment, vb) else None
-            return by_leaf[vb]
-
-        return rule
-
-    def reserve_for(self, w: Workload) -> Reservation | None:
-        """Hold the hosts that can give ``w`` its GPUs soonest; None if that is never."""
-        ready = self.ready_times(w)
-        finite = sorted((t, h) for h, t in ready.items() if t < NEVER)
-        if len(finite) < w.hosts:
-            return None
-        chosen = finite[: w.hosts]
-        until = max(t for t, _ in chosen)
-        if until <= self.now:
-            return None  # placeable now; only this cycle's search budget stopped it
-        for _, h in chosen:
-            self.capacity.reserve(h, until, w.id)
-        return Reservation(w.id, tuple(sorted(h for _, h in chosen)), until)
-
-    def ready_times(self, w: Workload) -> dict[str, int]:
-        """Per healthy host, when ``w`` could have ``gpus_per_host`` GPUs there.
-
-        Work ``w`` may preempt counts as gone when its protection ends; other
-        work never (its end is unknown to the scheduler).
-        """
-        need = w.gpus_per_host
-        commitment = w.gpus * w.min_runtime_s
-        by_leaf: dict[str, bool] = {}
-        may_preempt = self.ranking.may_preempt
-        running = self.state.workloads.running
-        hosts = self.state.cluster_state.hosts
-        out: dict[str, int] = {}
-        for name, free in self.capacity.free.items():
-            if free >= need:
-                if self.capacity.allowed(name, self.now + w.min_runtime_s, w.id):
-                    out[name] = self.now
-                continue
-            frees: list[tuple[int, int]] = []
-            for wid, gpus in hosts[name].workloads.items():
-                if wid in self.gone:
-                    continue
-                other = running.get(wid)
-                if other is None:  # started in this cycle: protected, ranked better
-                    continue
-                if other.allocated:  # (unallocated work is always fair game)
-                    vb = other.budget
-                    if vb == w.budget:
-                        if other.priority >= w.priority:
-                            continue
-                    else:
-                        if vb not in by_leaf:
-                            by_leaf[vb] = may_preempt(w.budget, commitment, vb)
-                        if not by_leaf[vb]:
-                            continue
-                if not other.allocated:
-                    frees.append((self.now, gpus))
-                elif other.protected_until is not None:  # None: protected until it ends
-                    frees.append((max(self.now, other.protected_until), gpus))
-            got = free
-            t_ready = NEVER
-            for t, g in sorted(frees):
-                got += g
-                if got >= need:
-                    t_ready = t
-                    break
-            if t_ready < NEVER:
-                out[name] = t_ready
-        return out
-
-    # ------------------------------------------------------------------ step 5
+    # ------------------------------------------------------------------ step 6
 
     def lend_to_unallocated(self) -> None:
-        pending = self.state.workloads.pending_free
-        if not pending or self.capacity.total_free <= 0:
+        """Free GPUs to unallocated work, leaf by leaf in fair-share order, shape by shape.
+
+        Capacity only shrinks in this step and unallocated work is never protected
+        (so it may backfill any reserved host): a shape that does not fit now never
+        will in this cycle, for any leaf. Each leaf's queue is read per shape that
+        still fits, so a long queue hides nothing that fits.
+        """
+        by_shape = self.state.workloads.free_by_shape
+        cap = self.capacity
+        if not by_shape or cap.total_free <= 0:
             return
+        shapes = self.state.workloads.free_shapes
         # Most cycles in a busy cluster have no room for any waiting shape: say so
         # before paying for the fair-share order.
-        if not any(self.capacity.choose(n, k, self.now) for n, k in self.state.workloads.free_shapes):
+        if not any(cap.choose(n, k, self.now) for n, k in shapes):
             return
-        depth = self.policy.queue_depth
-        cap = self.capacity
         # Shapes that did not fit, with every waiting shape at least as large in
-        # both dimensions: they will not fit either, since capacity only shrinks
-        # in this step. Once every shape waiting is ruled out, stop.
-        shapes = self.state.workloads.free_shapes
-        ruled: set[tuple[int, int]] = set()
+        # both dimensions: they will not fit either. Once every shape is ruled out, stop.
+        ruled: set[Shape] = set()
+        now = self.now
         for leaf in self.ranking.iter_leaves():
-            queue = pending.get(leaf)
-            if not queue:
+            queues = by_shape.get(leaf)
+            if not queues:
                 continue
-            for _, w in queue[:depth]:
-                if cap.total_free <= 0:
-                    return
-                n, k = shape = w.hosts, w.gpus_per_host
-                if shape not in ruled:
-                    hosts = cap.choose(n, k, self.now)
-                    if hosts is not None:
-                        self.start(w, hosts)
-                        continue
-                    ruled.update(s for s in shapes if s[0] >= n and s[1] >= k)
-                    ruled.add(shape)
-                    if len(ruled) >= len(shapes) and ruled.issuperset(shapes):
+            live = [shape for shape in queues if shape not in ruled]
+            if len(live) == 1:  # most leaves wait with one shape: no merging needed
+                shape = live[0]
+                for _, w in queues[shape]:
+                    hosts = cap.choose(shape[0], shape[1], now)
+                    if hosts is None:
+                        break
+                    self.start(w, hosts)
+                    if cap.total_free <= 0:
                         return
-                if self.trace is not None:
-                    self.trace[w.id] = Outcome("blocked", "no_placement",
-                                               "unallocated work only fills free GPUs")
+                else:
+                    continue
+            elif live:
+                if self._lend_merged(queues, live):
+                    return
+                continue
+            else:
+                continue
+            # The shape did not fit: nor will any as large, for any leaf.
+            ruled.update(s for s in shapes if s[0] >= shape[0] and s[1] >= shape[1])
+            ruled.add(shape)
+            if len(ruled) >= len(shapes) and ruled.issuperset(shapes):
+                return
+        return
+
+    def _lend_merged(self, queues: dict[Shape, list[tuple[tuple[int, int, int, str], Workload]]],
+                     live: list[Shape]) -> bool:
+        """Lend to one leaf waiting with several shapes, in its serving order; True when no GPU is left."""
+        cap = self.capacity
+        now = self.now
+        cursor = dict.fromkeys(live, 0)
+        while cursor:
+            best: tuple[tuple[int, int, int, str], Shape] | None = None
+            for shape, i in cursor.items():
+                item = queues[shape][i]
+                if best is None or item[0] < best[0]:
+                    best = (item[0], shape)
+            assert best is not None
+            shape = best[1]
+            i = cursor[shape]
+            hosts = cap.choose(shape[0], shape[1], now)
+            if hosts is None:
+                del cursor[shape]  # (a later leaf rules it out again at the cost of one try)
+                continue
+            self.start(queues[shape][i][1], hosts)
+            if cap.total_free <= 0:
+                return True
+            if i + 1 < len(queues[shape]):
+                cursor[shape] = i + 1
+            else:
+                del cursor[shape]
+        return False
+
+    # ------------------------------------------------------------------ tracing
+
+    def record_blocked(self) -> None:
+        """The Outcome of every pending workload that did not start (or of ``only``)."""
+        assert self.trace is not None
+        wl = self.state.workloads
+        if self.only is not None:
+            w = wl.all.get(self.only)
+            todo = [w] if w is not None and w.status == "pending" else []
+        else:
+            todo = [w for q in (*wl.pending.values(), *wl.pending_free.values()) for _, w in q]
+        for w in todo:
+            if w.id not in self.trace:
+                self.trace[w.id] = self.classify(w)
+
+    def classify(self, w: Workload) -> Outcome:
+        """What keeps ``w`` from starting, as of the end of this cycle."""
+        cap = self.capacity
+        held = self.book.holds(w.id)
+        if held is not None:
+            return Outcome("blocked", "reserved", "hosts held until the protection there ends",
+                           hosts=held.hosts, until=held.until)
+        n, k = w.hosts, w.gpus_per_host
+        hosts = self.state.cluster_state.hosts
+        most = max(cap.free.values(), default=0)
+        if w.min_runtime_s == 0:
+            return Outcome("blocked", "no_free_gpus",
+                           f"no healthy host has {k} free GPUs (the most free on one: {most})")
+        fits_all = sum(1 for h in hosts.values() if h.gpus >= k) >= n
+        healthy = sum(1 for h in cap.free if hosts[h].gpus >= k)
+        if fits_all and healthy < n:
+            return Outcome("blocked", "faulty_hosts",
+                           f"it needs {n} healthy hosts with {k} GPUs; {healthy} are healthy")
+        fitting = [h for h, f in cap.free.items() if f >= k]
+        if len(fitting) >= n:
+            holders = sorted((r, h) for h in fitting if (r := cap.reserved.get(h)) is not None)
+            until, holder = holders[0][0] if holders else (None, None)
+            return Outcome("blocked", "reserved_hosts",
+                           f"{len(fitting)} hosts have {k} GPUs free, but reserved hosts take only "
+                           f"work whose protection ends by the reservation's end",
+                           until=until, holder=holder)
+        if cap.total_free >= w.gpus:
+            return Outcome("blocked", "fragmentation",
+                           f"{cap.total_free} GPUs are free but scattered: no {n} host(s) "
+                           f"have {k} free each")
+        rule = BudgetRule(self.ranking, w)
+        ready = ready_times(w, cap, self.frees, rule, self.gone, self.now)
+        times = sorted(ready.values())
+        if len(times) >= n and times[n - 1] < NEVER:
+            until = times[n - 1]
+            if until <= self.now:
+                return Outcome("blocked", "search_budget",
+                               "work it may take holds the GPUs it needs, but this cycle's "
+                               "preemption searches ran out before it", until=until)
+            detail = "work it may take holds the GPUs it needs until its protection ends"
+            holder = None
+            if k >= cap.max_gpus and not self.book.slot_free(n):
+                holder = self._class_holder(w)
+                detail += "; the reservation slot of its size is held by another workload"
+            return Outcome("blocked", "protected_victims", detail, until=until, holder=holder)
+        return Outcome("blocked", "better_ranked",
+                       "the GPUs it needs are held by work it may not take")
+
+    def _class_holder(self, w: Workload) -> str | None:
+        pending = self.state.workloads.all
+        cls = size_class(w.hosts)
+        for wid, r in sorted(self.book.standing.items(), key=lambda kv: (kv[1].until, kv[0])):
+            if size_class(pending[wid].hosts) == cls and wid != w.id:
+                return r.workload
+        return None
 
     # ------------------------------------------------------------------ effects
 
@@ -504,20 +587,42 @@ class Cycle:
             self._ranking = Ranking(self.state, commitments(self.state))
         return self._ranking
 
+    @property
+    def frees(self) -> Frees:
+        """When the work on each host stops being protected (for reservation planning)."""
+        if self._frees is None:
+            self._frees = host_frees(self.state.cluster_state.hosts,
+                                     self.state.workloads.running, self.now)
+        return self._frees
+
+    @property
+    def costs(self) -> CostModel:
+        """What stopping each workload costs in this cycle (see scheduler.preemption)."""
+        if self._costs is None:
+            policy = self.policy
+            self._costs = CostModel(self.now, lambda v: checkpoint_interval(v, policy),
+                                    self.ranking.keep_value)
+        return self._costs
+
     def victims(self) -> VictimIndex:
         if self._victims is None:
             self._victims = VictimIndex.for_cycle(self.state, self.gone)
         return self._victims
 
-    def start(self, w: Workload, hosts: list[str], victims: tuple[str, ...] = ()) -> None:
+    def start(self, w: Workload, hosts: list[str], victims: tuple[str, ...] = (),
+              how: str = "") -> None:
         per = w.gpus_per_host
         for h in hosts:
             self.capacity.take(h, per)
+        self.started.add(w.id)
+        book = self.book
+        if book.standing or book.due:
+            book.release(w)
         allocated = w.min_runtime_s > 0
         self.emit.started(w.id, [(h, per) for h in hosts], allocated,
                           self.now + w.min_runtime_s)
         if self.trace is not None:
-            self.trace[w.id] = Outcome("started", "preempted" if victims else "fits",
+            self.trace[w.id] = Outcome("started", how or ("preempted" if victims else "fits"),
                                        hosts=tuple(hosts), victims=victims)
 
     def stop(self, w: Workload, reason: str, by: str | None) -> None:
@@ -527,3 +632,17 @@ class Cycle:
         for h, g in w.placement:
             self.capacity.give(h, g)
         self.emit.preempted(w.id, reason, by, requeued=w.resumable)
+
+
+def _next_shorter(queue: list[tuple[tuple[int, int, int, str], Workload]], i: int, floor: int,
+                  depth: int) -> int:
+    """The first index from ``i`` whose minimum runtime is below ``floor`` (reading at most ``depth``)."""
+    end = min(len(queue), i + depth)
+    while i < end:
+        if queue[i][1].min_runtime_s < floor:
+            return i
+        i += 1
+    return len(queue)  # none within reach: the shape is done for this cycle
+
+
+__all__ = ["Cycle", "Outcome", "Reservation", "decide", "drain"]

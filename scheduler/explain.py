@@ -7,11 +7,16 @@ then classifies what stands in its way:
 - ``reserved``: it holds hosts; it starts when their protection ends (``until``);
 - ``protected_victims``: enough GPUs are held by work it may preempt, once that
   work's protection ends (``until``);
+- ``reserved_hosts``: it would fit, but the hosts are reserved for another
+  workload until ``until`` and its protection would outlast that;
 - ``better_ranked``: the GPUs it needs are held by allocations ranked ahead of it;
 - ``fragmentation``: enough GPUs are free, but not on hosts that fit its shape;
 - ``faulty_hosts``: it would fit the cluster if its faulty hosts were healthy;
-- ``unallocated``: unallocated work only starts on free GPUs and none fit;
-- ``queue_depth``: the cycle did not reach it (bounded work per cycle).
+- ``no_free_gpus``: unallocated work only starts on free GPUs, and no host has enough;
+- ``search_budget``: it could preempt its way in, but the cycle's searches ran out.
+
+The cycle itself records these (``scheduler.cycle.Outcome``); this module only
+puts them into words.
 
 The answer also carries the fair-share key of its allocation level by level,
 which is the metric users asked to see when "priority" changed meaning.
@@ -22,8 +27,7 @@ from __future__ import annotations
 import msgspec
 
 from projections.workloads import PENDING, RUNNING
-from scheduler.cycle import Cycle, Outcome
-from scheduler.placement import NEVER
+from scheduler.cycle import Outcome, decide
 from scheduler.ranking import Level, Ranking, commitments
 from scheduler.state import State
 
@@ -55,6 +59,7 @@ class Explanation(msgspec.Struct, kw_only=True, omit_defaults=True):
     cycle: Outcome | None = None
     blocked_by: str | None = None
     until: int | None = None
+    holder: str | None = None          # the workload holding a reservation it waits on
     hosts: tuple[str, ...] = ()
     placement: tuple[tuple[str, int], ...] = ()
     protected_until: int | None = None
@@ -127,26 +132,26 @@ def _rank_sentence(leaf: str, levels: list[Level]) -> str:
 
 
 def _explain_pending(state: State, w, exp: Explanation) -> None:
+    """What one traced cycle (state untouched) did with ``w``, in words."""
     trace: dict[str, Outcome] = {}
-    cycle = Cycle(state, "explain", trace)
-    cycle.run()
+    decide(state, "explain", trace, only=w.id)
     outcome = trace.get(w.id)
     exp.cycle = outcome
     words = exp.summary
     words.append(f"It is {_ordinal(exp.queue_position or 0)} of {exp.queue_length} in its "
                  f"allocation's queue (priority {w.priority}, then submission time).")
-    if outcome is not None and outcome.status == "started":
+    if outcome is None:  # pragma: no cover - a traced cycle records every pending workload
+        return
+    if outcome.status == "started":
         exp.blocked_by = None
         exp.hosts = outcome.hosts
         words.append("It starts at the next cycle" +
                      (f", preempting {', '.join(outcome.victims)}." if outcome.victims else "."))
         return
-    if outcome is not None and outcome.status == "not_examined" and outcome.reason == "queue_depth":
-        exp.blocked_by = "queue_depth"
-        words.append(f"The last cycle did not reach it: {outcome.detail}.")
-        return
-    if outcome is not None and outcome.reason == "reserved":
-        exp.blocked_by, exp.until, exp.hosts = "reserved", outcome.until, outcome.hosts
+    reason = outcome.reason
+    exp.blocked_by, exp.until, exp.hosts = reason, outcome.until, outcome.hosts
+    exp.holder = outcome.holder
+    if reason == "reserved":
         if w.id in state.reservations:
             words.append(f"It holds a reservation on {', '.join(outcome.hosts)}: it starts by "
                          f"{outcome.until}, when the protection of the work there ends.")
@@ -154,34 +159,26 @@ def _explain_pending(state: State, w, exp: Explanation) -> None:
             words.append(f"It is next in line for a reservation (on {', '.join(outcome.hosts)} "
                          f"until {outcome.until}); the scheduler records it as soon as other "
                          f"work would compete for those hosts.")
-        return
-    if w.min_runtime_s == 0:
-        exp.blocked_by = "unallocated"
-        words.append("Unallocated work only starts on free GPUs that no allocated work can use, "
-                      "and none fit its shape now.")
-        return
-    cap = cycle.capacity
-    hosts = state.cluster_state.hosts
-    fits_all = sum(1 for h in hosts.values() if h.gpus >= w.gpus_per_host) >= w.hosts
-    healthy = sum(1 for n in cap.free if hosts[n].gpus >= w.gpus_per_host)
-    if fits_all and healthy < w.hosts:
-        exp.blocked_by = "faulty_hosts"
-        words.append(f"It needs {w.hosts} healthy hosts with {w.gpus_per_host} GPUs; only "
-                     f"{healthy} are healthy now. It fits once faulty hosts are repaired.")
-        return
-    if cap.total_free >= w.gpus:
-        exp.blocked_by = "fragmentation"
-        words.append(f"{cap.total_free} GPUs are free but scattered: no {w.hosts} host(s) have "
-                     f"{w.gpus_per_host} free each.")
-        return
-    ready = cycle.ready_times(w)
-    times = sorted(ready.values())
-    if len(times) >= w.hosts and times[w.hosts - 1] < NEVER:
-        exp.blocked_by, exp.until = "protected_victims", times[w.hosts - 1]
+    elif reason == "no_free_gpus":
+        words.append("Unallocated work only starts on free GPUs that no allocated work can use: "
+                     f"{outcome.detail}.")
+    elif reason == "faulty_hosts":
+        words.append(f"{outcome.detail[0].upper()}{outcome.detail[1:]}: it fits once faulty hosts "
+                     f"are repaired.")
+    elif reason == "reserved_hosts":
+        words.append(f"{outcome.detail[0].upper()}{outcome.detail[1:]} ({outcome.until}, held "
+                     f"for {outcome.holder}); its own protection would outlast that.")
+    elif reason == "fragmentation":
+        words.append(f"{outcome.detail[0].upper()}{outcome.detail[1:]}.")
+    elif reason == "protected_victims":
+        extra = (f" The reservation slot of its size is held by {outcome.holder}; it is next "
+                 f"when that one starts." if outcome.holder else "")
         words.append(f"The GPUs it needs are held by work it may preempt once that work's "
-                     f"minimum runtime ends, at {exp.until} at the latest.")
-        return
-    exp.blocked_by = "better_ranked"
-    words.append("The GPUs it needs are held by allocations that rank ahead of its own (or by "
-                 "its own higher-priority work); it starts as that work ends or as fair share "
-                 "turns in its favour.")
+                     f"minimum runtime ends, at {outcome.until} at the latest.{extra}")
+    elif reason == "search_budget":
+        words.append("It could preempt its way in now, but this cycle's preemption searches ran "
+                     "out before its turn; the next cycle tries again.")
+    else:
+        words.append("The GPUs it needs are held by allocations that rank ahead of its own (or by "
+                     "its own higher-priority work); it starts as that work ends or as fair share "
+                     "turns in its favour.")

@@ -4,8 +4,11 @@ A workload of ``hosts`` x ``gpus_per_host`` needs that many distinct healthy
 hosts with that many free GPUs each: a single host for small work, a gang of
 hosts (all or nothing) for large work. Hosts are chosen least-free first
 (Kueue's LeastFreeCapacity), so small work fills partly used hosts and whole
-hosts stay free for gangs; a gang prefers hosts sharing one block, then one
-rack, when hosts carry those labels.
+hosts stay free for gangs. A gang goes to the smallest topology domain that
+holds it whole: one rack, else one block (racks sit inside blocks), else
+anywhere, and inside that domain to its least-free hosts (Kueue TAS's
+"BestFit" profile). Among domains of the same level that can hold it, the one
+left with the fewest free GPUs wins (the tightest fit).
 
 ``Capacity`` is the cycle's own copy of free GPUs: the cycle places and
 preempts against it and never touches the state.
@@ -16,10 +19,16 @@ from __future__ import annotations
 from bisect import insort
 from typing import TYPE_CHECKING
 
+from events.errors import AllotError
+
 if TYPE_CHECKING:
     from scheduler.state import State
 
 NEVER = 1 << 62  # "no reservation ends": larger than any event time
+
+
+class ReservationConflict(AllotError):
+    """A host was reserved for a second holder: reservations must be disjoint."""
 
 
 class Capacity:
@@ -65,9 +74,22 @@ class Capacity:
             self._move(host, gpus)
 
     def reserve(self, host: str, until: int, holder: str) -> None:
+        """Hold ``host`` for ``holder`` until ``until`` (other work only as backfill)."""
         current = self.reserved.get(host)
-        if current is None or until < current[0]:
-            self.reserved[host] = (until, holder)
+        if current is not None and current[1] != holder:
+            raise ReservationConflict(f"{host} is reserved for {current[1]}, not {holder}")
+        self.reserved[host] = (until, holder)
+
+    def release(self, host: str, holder: str) -> None:
+        """Drop ``holder``'s hold on ``host`` (it started, or its reservation is void)."""
+        current = self.reserved.get(host)
+        if current is not None and current[1] == holder:
+            del self.reserved[host]
+
+    def holder(self, host: str) -> str | None:
+        """Who holds ``host``, if anyone."""
+        r = self.reserved.get(host)
+        return None if r is None else r[1]
 
     # -- queries --------------------------------------------------------------------
 
@@ -103,28 +125,60 @@ class Capacity:
         return pack(eligible, hosts, self.free, self.labels)
 
 
+def _tightest(groups: dict, n: int) -> list[str] | None:
+    """The ``n`` least-free hosts of the tightest domain holding ``n``, or None.
+
+    Tightest: the fewest free GPUs on the hosts the gang could use there (what
+    is left after it is that minus a constant), then the domain's name.
+    """
+    best: tuple[tuple[int, str, str], list] | None = None
+    for key, g in groups.items():
+        if len(g) > n:
+            names = (key[0] or "", key[1]) if isinstance(key, tuple) else (key, "")
+            cand = (g[0], *names)
+            if best is None or cand < best[0]:
+                best = (cand, g)
+    return None if best is None else best[1][1:n + 1]
+
+
 def pack(
     eligible: list[str],
     n: int,
     free: dict[str, int],
     labels: dict[str, tuple[str | None, str | None]],
 ) -> list[str]:
-    """Pick ``n`` of ``eligible`` (sorted least-free first): one block, else one rack, else any.
+    """Pick ``n`` of ``eligible`` (sorted least-free first): one rack, else one block, else any.
 
-    Among groups that can hold the whole gang, the one left with the least free
-    GPUs after packing wins (the tightest fit), then the label name.
+    The smallest domain that holds the whole gang wins (a rack lies inside a
+    block). Among domains of that level that can hold it, the one with the
+    fewest free GPUs on the hosts the gang could use wins (the tightest fit),
+    then the label name; inside the domain the least-free hosts are taken.
     """
-    for level in (0, 1):  # 0: block, 1: rack
-        groups: dict[str, list[str]] = {}
-        for name in eligible:
-            label = labels[name][level]
-            if label is not None:
-                groups.setdefault(label, []).append(name)
-        fitting = [
-            (sum(free[h] for h in members[:n]), label, members[:n])
-            for label, members in groups.items()
-            if len(members) >= n
-        ]
-        if fitting:
-            return min(fitting)[2]
+    # Per domain: [free GPUs on the hosts the gang could use there, the hosts...].
+    racks: dict[tuple[str | None, str], list] = {}
+    for name in eligible:
+        lab = labels[name]
+        if lab[1] is not None:  # a rack is named within its block: (block, rack) is its key
+            g = racks.get(lab)  # type: ignore[arg-type]
+            if g is None:
+                racks[lab] = [free[name], name]  # type: ignore[index]
+            else:
+                g[0] += free[name]
+                g.append(name)
+    chosen = _tightest(racks, n)
+    if chosen is not None:
+        return chosen
+    blocks: dict[str, list] = {}
+    for name in eligible:
+        block = labels[name][0]
+        if block is not None:
+            g = blocks.get(block)
+            if g is None:
+                blocks[block] = [free[name], name]
+            else:
+                g[0] += free[name]
+                g.append(name)
+    chosen = _tightest(blocks, n)
+    if chosen is not None:
+        return chosen
     return eligible[:n]

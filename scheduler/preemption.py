@@ -2,62 +2,149 @@
 
 Only workloads that are not protected can be victims: unallocated work (never
 protected) and allocated work past its minimum runtime. Which of those a
-candidate may take is the cycle's rule (fair share, priority inside a leaf);
-this module finds, for the hosts the candidate could use, the victims to stop.
+candidate may take is a rule (``scheduler.rules``); this module finds, for the
+hosts the candidate could use, the victims to stop.
 
-Victims cost, cheapest first: unallocated resumable, unallocated not
-resumable, allocated resumable, allocated not resumable. A plan's cost is the
-GPUs it takes from each class, most expensive class compared first, then the
-number of victims. The search never returns a plan that would not place the
-candidate, so nothing is ever preempted in vain.
+**What a victim costs.** Stopping a workload loses the work it did since it
+could last resume: all of its current run if it is not resumable, the run
+since its last checkpoint if it is (``work_lost``; with no checkpoint interval
+known, a resumable workload is taken to checkpoint continuously and loses
+nothing, which is how the simulator's executor models it today). A plan's cost
+compares, most significant first:
+
+1. GPU-seconds of allocated work lost, then allocated GPUs taken (allocated
+   work is charged and was admitted by fair share: it goes last);
+2. GPU-seconds of unallocated work lost, then unallocated GPUs taken;
+3. the number of victims;
+4. a tie-break towards victims whose allocation is the most over-served
+   (usage per entitlement; Kueue's fair-sharing preemption takes from the
+   queue using the most).
+
+Costs add up over victims, so the cheapest set is found exactly: per host by a
+small knapsack over the victims there (at most one per GPU), and for a gang by
+a knapsack over "components" (hosts linked by a victim gang spanning them)
+that counts how many hosts each choice readies. So a 1-GPU request takes the
+1-GPU victim rather than the 5-GPU one, and a 5-host gang takes two 2-host
+gangs (exactly the hosts it needs) rather than a 3-host and a 2-host one. A
+plan is returned only if it really places the candidate: nothing is ever
+preempted in vain.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from itertools import combinations
+from typing import TYPE_CHECKING, Any
 
 from projections.workloads import Workload
+from scheduler.placement import pack
 
 if TYPE_CHECKING:
     from scheduler.placement import Capacity
     from scheduler.state import State
 
-UNALLOCATED_RESUMABLE = 0
-UNALLOCATED = 1
-ALLOCATED_RESUMABLE = 2
-ALLOCATED = 3
+NEVER = 1 << 62
+
+# A plan's cost packed into one integer (so costs add and compare as ints); the
+# fields, least significant first, with room for any sum a cluster can reach.
+_KEEP_BITS = 32     # tie-break: sum of the victims' keep values (Ranking.keep_value, < 2**20)
+_COUNT_BITS = 24    # number of victims
+_GPUS_BITS = 32     # GPUs taken
+_LOST_BITS = 64     # GPU-seconds lost
+_COUNT_AT = _KEEP_BITS
+_UGPUS_AT = _COUNT_AT + _COUNT_BITS
+_ULOST_AT = _UGPUS_AT + _GPUS_BITS
+_AGPUS_AT = _ULOST_AT + _LOST_BITS
+_ALOST_AT = _AGPUS_AT + _GPUS_BITS
 
 
-def victim_class(w: Workload) -> int:
-    if not w.allocated:
-        return UNALLOCATED_RESUMABLE if w.resumable else UNALLOCATED
-    return ALLOCATED_RESUMABLE if w.resumable else ALLOCATED
+def pack_cost(allocated_lost: int, allocated_gpus: int, unallocated_lost: int,
+              unallocated_gpus: int, victims: int, keep: int) -> int:
+    """One plan cost as an integer; larger is more expensive (see the module docstring)."""
+    return ((allocated_lost << _ALOST_AT) | (allocated_gpus << _AGPUS_AT)
+            | (unallocated_lost << _ULOST_AT) | (unallocated_gpus << _UGPUS_AT)
+            | (victims << _COUNT_AT) | keep)
+
+
+def unpack_cost(cost: int) -> tuple[int, int, int, int, int, int]:
+    """The fields of a packed cost, most significant first (for tests and explanations)."""
+    def field(at: int, bits: int) -> int:
+        return (cost >> at) & ((1 << bits) - 1)
+
+    return (cost >> _ALOST_AT, field(_AGPUS_AT, _GPUS_BITS), field(_ULOST_AT, _LOST_BITS),
+            field(_UGPUS_AT, _GPUS_BITS), field(_COUNT_AT, _COUNT_BITS), field(0, _KEEP_BITS))
+
+
+def work_lost(w: Workload, now: int, checkpoint_s: int | None) -> int:
+    """GPU-seconds of work ``w`` loses if it is stopped at ``now``.
+
+    Not resumable: its whole current run. Resumable: the run since its last
+    checkpoint, every ``checkpoint_s`` seconds from its start; ``None`` (or 0)
+    means it checkpoints continuously and loses nothing.
+    """
+    ran = now - (w.started_at if w.started_at is not None else now)
+    if ran <= 0:
+        return 0
+    if not w.resumable:
+        return w.gpus * ran
+    if not checkpoint_s:
+        return 0
+    return w.gpus * (ran % checkpoint_s)
+
+
+def checkpoint_interval(w: Workload, policy: Any) -> int | None:
+    """The hook for a resumable workload's checkpoint interval, in seconds.
+
+    The workload's own ``checkpoint_interval_s``, else the policy's, once the
+    contract carries one (the checkpoint model is being added to the simulator);
+    today neither does, and a resumable workload loses nothing.
+    """
+    own = getattr(w, "checkpoint_interval_s", None)
+    return own if own else getattr(policy, "checkpoint_interval_s", None)
+
+
+class CostModel:
+    """What stopping each workload costs in one cycle (memoised per workload)."""
+
+    __slots__ = ("_costs", "_keep", "checkpoint", "keep_value", "now")
+
+    def __init__(self, now: int, checkpoint: Callable[[Workload], int | None],
+                 keep_value: Callable[[str], int]) -> None:
+        self.now = now
+        self.checkpoint = checkpoint
+        self.keep_value = keep_value
+        self._costs: dict[str, int] = {}
+        self._keep: dict[str, int] = {}
+
+    def of(self, w: Workload) -> int:
+        c = self._costs.get(w.id)
+        if c is None:
+            lost = work_lost(w, self.now, self.checkpoint(w) if w.resumable else None)
+            keep = self._keep.get(w.budget)
+            if keep is None:
+                keep = self._keep[w.budget] = self.keep_value(w.budget)
+            if w.allocated:
+                c = pack_cost(lost, w.gpus, 0, 0, 1, keep)
+            else:
+                c = pack_cost(0, 0, lost, w.gpus, 1, keep)
+            self._costs[w.id] = c
+        return c
+
+
+def flat_costs(now: int) -> CostModel:
+    """A cost model with no checkpoints and no over-service tie-break (the baseline's)."""
+    return CostModel(now, lambda w: None, lambda leaf: 0)
 
 
 class Victim:
     """A preemptible running workload, as the search sees it."""
 
-    __slots__ = ("cls", "order", "w")
+    __slots__ = ("order", "w")
 
     def __init__(self, w: Workload) -> None:
         self.w = w
-        self.cls = victim_class(w)
-        # Cheapest first: class, then the biggest (fewer victims), then the lowest
-        # priority, then the latest start (least progress lost), then the id.
-        self.order = (self.cls, -w.gpus, w.priority, -(w.started_at or 0), w.id)
-
-
-Cost = tuple[int, int, int, int, int]
-ZERO: Cost = (0, 0, 0, 0, 0)
-
-
-def plan_cost(victims: list[Victim]) -> Cost:
-    by_cls = [0, 0, 0, 0]
-    for v in victims:
-        by_cls[v.cls] += v.w.gpus
-    return (by_cls[ALLOCATED], by_cls[ALLOCATED_RESUMABLE], by_cls[UNALLOCATED],
-            by_cls[UNALLOCATED_RESUMABLE], len(victims))
+        # A fixed scan order (ties between equally cheap plans go to the first found).
+        self.order = (w.allocated, w.resumable is False, w.priority, -(w.started_at or 0), w.id)
 
 
 class Plan:
@@ -65,17 +152,18 @@ class Plan:
 
     __slots__ = ("cost", "hosts", "victims")
 
-    def __init__(self, hosts: list[str], victims: list[tuple[Victim, str]], cost: Cost) -> None:
+    def __init__(self, hosts: list[str], victims: list[tuple[Victim, str]], cost: int) -> None:
         self.hosts = hosts
         self.victims = victims
         self.cost = cost
 
 
-# Given a victim, the preemption reason when the candidate may take it, else None.
-Eligibility = Callable[[Victim], str | None]
+# Given a running workload, the preemption reason when the candidate may take it, else None.
+Eligibility = Callable[[Workload], str | None]
 
-
-NEVER = 1 << 62
+# Subsets of a component's victim gangs tried exhaustively up to this many; beyond
+# it, only the cheapest-first prefixes (a bound on search cost, rarely reached).
+_EXHAUSTIVE_GANGS = 6
 
 
 class VictimIndex:
@@ -87,8 +175,8 @@ class VictimIndex:
     protection ends, and the memo key covers exactly those.
     """
 
-    __slots__ = ("_base", "_ids", "_on_host", "_usable", "_victims", "by_node", "by_priority",
-                 "gone", "paths", "size", "unallocated_gpus", "victim_gpus")
+    __slots__ = ("_base", "_ids", "_on_host", "_sorted", "_usable", "_victims", "by_node",
+                 "by_priority", "gone", "paths", "size", "unallocated_gpus", "victim_gpus")
 
     def __init__(self) -> None:
         self.victim_gpus: dict[str, int] = {}  # upper bound on what preemption can free per host
@@ -106,6 +194,7 @@ class VictimIndex:
         self._victims: list[Workload] = []
         self._ids: set[str] = set()
         self._on_host: dict[str, list[Victim]] | None = None  # built on the first search
+        self._sorted: list[tuple[str, list[Victim]]] | None = None
         self._base: VictimIndex | None = None
         self.size = 0
 
@@ -158,6 +247,7 @@ class VictimIndex:
         idx._ids = set(self._ids)
         idx._base = self._base or self
         idx._on_host = idx._base._on_host
+        idx._sorted = idx._base._sorted
         idx.victim_gpus = dict(self.victim_gpus)
         idx.by_node = dict(self.by_node)
         idx.by_priority = {leaf: dict(p) for leaf, p in self.by_priority.items()}
@@ -170,7 +260,7 @@ class VictimIndex:
 
     @property
     def on_host(self) -> dict[str, list[Victim]]:
-        """Victims per healthy host, cheapest first (built when a search first needs it)."""
+        """Victims per healthy host, in a fixed order (built when a search first needs it)."""
         if self._on_host is None:
             on_host: dict[str, list[Victim]] = {}
             usable = self._usable
@@ -182,9 +272,19 @@ class VictimIndex:
             for victims in on_host.values():
                 victims.sort(key=_order)
             self._on_host = on_host
+            self._sorted = sorted(on_host.items())
             if self._base is not None:
                 self._base._on_host = on_host
+                self._base._sorted = self._sorted
         return self._on_host
+
+    @property
+    def hosts_sorted(self) -> list[tuple[str, list[Victim]]]:
+        """``on_host`` as (host, victims) pairs, by host name."""
+        if self._sorted is None:
+            _ = self.on_host
+        assert self._sorted is not None
+        return self._sorted
 
     def _count(self, w: Workload, gpus: int) -> None:
         if not w.allocated:
@@ -213,6 +313,8 @@ class VictimIndex:
         self.size -= 1
         self._count(w, -gpus)
 
+    # ------------------------------------------------------------------ search
+
     def search(
         self,
         hosts: int,
@@ -221,25 +323,50 @@ class VictimIndex:
         capacity: Capacity,
         eligible: Eligibility,
         who: str = "",
+        costs: CostModel | None = None,
     ) -> Plan | None:
         """The cheapest plan placing ``hosts`` x ``per_host`` GPUs for ``who``, or None."""
+        cost_of = (costs or flat_costs(0)).of
         if hosts > 1:
-            return self._search_gang(hosts, per_host, ends_by, capacity, eligible, who)
+            return self._search_gang(hosts, per_host, ends_by, capacity, eligible, who, cost_of)
         gone = self.gone
         free_of = capacity.free
         bound = self.victim_gpus
-        best: tuple[tuple[Cost, int, str], list[tuple[Victim, str]]] | None = None
-        for host, victims in sorted(self.on_host.items()):
-            free = free_of[host]
+        reserved = capacity.reserved
+        best: tuple[tuple[int, int, str], list[tuple[Victim, str]]] | None = None
+        for host, victims in self.hosts_sorted:
+            free = free_of.get(host)
+            if free is None:
+                continue
             deficit = per_host - free
-            if deficit > bound[host] or not capacity.allowed(host, ends_by, who):
+            if deficit > bound[host] or (reserved and not capacity.allowed(host, ends_by, who)):
                 continue
-            chosen = _take(victims, host, deficit, eligible, gone)
-            if chosen is None:
+            if deficit <= 0:
+                key = (0, free, host)
+                if best is None or key < best[0]:
+                    best = (key, [])
                 continue
-            key = (plan_cost([v for v, _ in chosen]), free, host)
+            if best is not None:
+                # Costs only add up: a host whose cheapest victim alone costs more than
+                # the best plan so far cannot beat it (checked before any rule is asked).
+                limit = best[0][0]
+                if all(cost_of(v.w) > limit for v in victims if v.w.id not in gone):
+                    continue
+            items: list[tuple[Victim, int, int, str]] = []
+            for v in victims:
+                if v.w.id in gone:
+                    continue
+                why = eligible(v.w)
+                if why is not None:
+                    items.append((v, _gpus_on(v, host), cost_of(v.w), why))
+            if not items:
+                continue
+            found = _cover(items, deficit)
+            if found is None:
+                continue
+            key = (found[0], free, host)
             if best is None or key < best[0]:
-                best = (key, chosen)
+                best = (key, [(items[i][0], items[i][3]) for i in found[1]])
         if best is None:
             return None
         (cost, _, host), chosen = best
@@ -253,27 +380,38 @@ class VictimIndex:
         capacity: Capacity,
         eligible: Eligibility,
         who: str,
+        cost_of: Callable[[Workload], int],
     ) -> Plan | None:
-        """Pick hosts cheapest first, where a host's cost counts only the victims' GPUs on it.
+        """The cheapest set of victims readying ``hosts`` hosts with ``per_host`` GPUs each.
 
-        A victim spanning several hosts (another gang) is charged per host it
-        sits on, so clearing it readies all of its hosts for the price of one
-        victim; after every pick, the hosts the picked victims sit on are
-        re-costed (they got cheaper). Ties go to the host whose victims ready
-        more hosts, then to the fuller host, then the name.
+        Hosts linked by an eligible victim gang (one victim on several of them)
+        form a component: within it every subset of its victim gangs is tried,
+        the rest of each host's deficit covered by its single-host victims, which
+        gives the cheapest way to ready 1, 2, ... of its hosts. A host without
+        victim gangs is a component of one. A knapsack over components (at most
+        one choice each) then finds the cheapest total readying enough hosts.
         """
         gone = self.gone
         on_host = self.on_host
         bound = self.victim_gpus
         free = capacity.free
         reserved = capacity.reserved
-        candidates = [
+        candidates = sorted(
             h for h, f in free.items()
             if (f >= per_host or per_host - f <= bound.get(h, 0))
             and (not reserved or capacity.allowed(h, ends_by, who))
-        ]
+        )
         if len(candidates) < hosts:
             return None
+        why: dict[str, str | None] = {}
+
+        def reason(v: Victim) -> str | None:
+            wid = v.w.id
+            if wid in why:
+                return why[wid]
+            r = why[wid] = None if wid in gone else eligible(v.w)
+            return r
+
         # Feasibility first (most gang searches fail): could enough hosts be
         # readied if every eligible victim on them went? Stops counting at enough.
         ready = 0
@@ -281,7 +419,7 @@ class VictimIndex:
             have = free[h]
             if have < per_host:
                 for v in on_host.get(h, ()):
-                    if v.w.id not in gone and eligible(v) is not None:
+                    if reason(v) is not None:
                         have += _gpus_on(v, h)
                         if have >= per_host:
                             break
@@ -291,61 +429,166 @@ class VictimIndex:
                     break
         if ready < hosts:
             return None
-        selected: dict[str, Victim] = {}
-
-        def option(host: str) -> tuple[tuple[object, ...], list[tuple[Victim, str]]] | None:
-            have = free[host]
-            for v in on_host.get(host, ()):
-                if v.w.id in selected:
-                    have += _gpus_on(v, host)
-            if have >= per_host:
-                return ((0, 0, 0, 0, 0, 0, -have, host), [])
-            chosen = _take(on_host.get(host, ()), host, per_host - have, eligible, gone, selected)
-            if chosen is None:
-                return None
-            by_cls = [0, 0, 0, 0]
-            spread = 0
-            for v, _ in chosen:
-                by_cls[v.cls] += _gpus_on(v, host)
-                spread += len(v.w.placement)
-            key = (by_cls[ALLOCATED], by_cls[ALLOCATED_RESUMABLE], by_cls[UNALLOCATED],
-                   by_cls[UNALLOCATED_RESUMABLE], len(chosen), -spread, free[host], host)
-            return (key, chosen)
-
-        options: dict[str, tuple[tuple[object, ...], list[tuple[Victim, str]]]] = {}
-        for h in candidates:
-            o = option(h)
-            if o is not None:
-                options[h] = o
-        if len(options) < hosts:
-            return None
-        picked: list[str] = []
-        reasons: dict[str, str] = {}
-        while len(picked) < hosts:
-            if not options:
-                return None
-            host = min(options, key=lambda h: options[h][0])
-            _, chosen = options.pop(host)
-            picked.append(host)
-            touched: set[str] = set()
-            for v, why in chosen:
-                selected[v.w.id] = v
-                reasons[v.w.id] = why
-                touched.update(h for h, _ in v.w.placement)
-            for h in touched:  # these hosts just got cheaper (or ready)
-                if h in options:
-                    o = option(h)
-                    if o is None:
-                        del options[h]
-                    else:
-                        options[h] = o
-        if not selected:
+        ready_free = [h for h in candidates if free[h] >= per_host]
+        need = hosts - len(ready_free)
+        if need <= 0:
             return None  # it fits without preemption; the caller places it directly
-        victims = list(selected.values())
-        return Plan(sorted(picked), [(v, reasons[v.w.id]) for v in victims], plan_cost(victims))
+        busy = [h for h in candidates if free[h] < per_host]
+        busy_set = set(busy)
+        singles: dict[str, list[tuple[Victim, int, int, str]]] = {}
+        gangs: dict[str, Victim] = {}
+        for h in busy:
+            items: list[tuple[Victim, int, int, str]] = []
+            for v in on_host.get(h, ()):
+                r = reason(v)
+                if r is None:
+                    continue
+                if len(v.w.placement) == 1:
+                    items.append((v, _gpus_on(v, h), cost_of(v.w), r))
+                else:
+                    gangs.setdefault(v.w.id, v)
+            singles[h] = items
+        # Components: busy hosts linked by victim gangs (union-find, smallest name as root).
+        root = {h: h for h in busy}
+
+        def find(h: str) -> str:
+            while root[h] != h:
+                root[h] = root[root[h]]
+                h = root[h]
+            return h
+
+        gang_hosts: dict[str, list[str]] = {}
+        for wid, v in gangs.items():
+            hs = sorted(h for h, _ in v.w.placement if h in busy_set)
+            gang_hosts[wid] = hs
+            for h in hs[1:]:
+                a, b = find(hs[0]), find(h)
+                if a != b:
+                    root[max(a, b)] = min(a, b)
+        members: dict[str, list[str]] = {}
+        for h in busy:
+            members.setdefault(find(h), []).append(h)
+        comp_gangs: dict[str, list[Victim]] = {}
+        for wid in sorted(gangs):
+            hs = gang_hosts[wid]
+            if hs:
+                comp_gangs.setdefault(find(hs[0]), []).append(gangs[wid])
+        covers: dict[tuple[str, int], tuple[int, tuple[int, ...]] | None] = {}
+
+        def cover(h: str, deficit: int) -> tuple[int, tuple[int, ...]] | None:
+            key = (h, deficit)
+            if key not in covers:
+                covers[key] = _cover(singles[h], deficit) if singles[h] else None
+            return covers[key]
+
+        # Per component: for each number of hosts r it can ready, the cheapest choice
+        # (cost, gang victims taken, [(host, single-victim indices)] readied).
+        Choice = tuple[int, tuple[Victim, ...], tuple[tuple[str, tuple[int, ...]], ...]]
+        lone: list[tuple[int, int, str, tuple[int, ...]]] = []  # one-host components
+        multi: list[dict[int, Choice]] = []
+        for r_, hs in sorted(members.items()):
+            vs = comp_gangs.get(r_)
+            if not vs:
+                h = hs[0]
+                c = cover(h, per_host - free[h])
+                if c is not None:
+                    lone.append((c[0], free[h], h, c[1]))
+                continue
+            options: dict[int, Choice] = {}
+            for subset in _subsets(vs, cost_of):
+                base = sum(cost_of(v.w) for v in subset)
+                extra: dict[str, int] = {}
+                for v in subset:
+                    for h, g in v.w.placement:
+                        extra[h] = extra.get(h, 0) + g
+                zero: list[tuple[str, tuple[int, ...]]] = []
+                paid: list[tuple[int, str, tuple[int, ...]]] = []
+                for h in hs:
+                    d = per_host - free[h] - extra.get(h, 0)
+                    if d <= 0:
+                        zero.append((h, ()))
+                    else:
+                        c = cover(h, d)
+                        if c is not None:
+                            paid.append((c[0], h, c[1]))
+                paid.sort()
+                total = base
+                readied = list(zero)
+                for r in range(1, len(zero) + len(paid) + 1):
+                    if r > len(zero):
+                        c, h, idx = paid[r - len(zero) - 1]
+                        total += c
+                        readied.append((h, idx))
+                    best_r = options.get(r)
+                    if best_r is None or total < best_r[0]:
+                        # Every host its gangs free is readied, even when r is fewer.
+                        options[r] = (total, tuple(subset), tuple(readied))
+            if options:
+                multi.append(options)
+        # Knapsack over the gang components (states: hosts readied, capped at need) ...
+        State_ = tuple[int, tuple[tuple[int, int], ...]]  # (cost, ((component, r), ...))
+        dp: dict[int, State_] = {0: (0, ())}
+        for ci, options in enumerate(multi):
+            nxt = dict(dp)
+            for j, (cj, chain) in dp.items():
+                if j >= need:
+                    continue
+                for r, (c, _, _) in options.items():
+                    k = min(need, j + r)
+                    cand = cj + c
+                    cur = nxt.get(k)
+                    if cur is None or cand < cur[0]:
+                        nxt[k] = (cand, (*chain, (ci, r)))
+            dp = nxt
+        # ... then the cheapest one-host components fill the rest.
+        lone.sort()
+        prefix = [0]
+        for c, _, _, _ in lone:
+            prefix.append(prefix[-1] + c)
+        best: tuple[int, int] | None = None  # (cost, j)
+        for j, (cj, _) in dp.items():
+            rest = need - j
+            if rest > len(lone):
+                continue
+            total = cj + prefix[max(0, rest)]
+            if best is None or total < best[0]:
+                best = (total, j)
+        if best is None:
+            return None
+        _, j = best
+        chosen_gangs: list[Victim] = []
+        plan_hosts: dict[str, tuple[int, ...]] = {}  # host -> single-victim indices there
+        for ci, r in dp[j][1]:
+            _, subset, readied = multi[ci][r]
+            chosen_gangs.extend(subset)
+            for h, idx in readied:
+                plan_hosts[h] = idx
+        for _, _, h, idx in lone[: max(0, need - j)]:
+            plan_hosts[h] = idx
+        # Place on the readied hosts (and the free ones), topology first.
+        freed: dict[str, int] = {}
+        for v in chosen_gangs:
+            for h, g in v.w.placement:
+                freed[h] = freed.get(h, 0) + g
+        for h, idx in plan_hosts.items():
+            freed[h] = freed.get(h, 0) + sum(singles[h][i][1] for i in idx)
+        after = {h: free[h] + freed.get(h, 0) for h in (*ready_free, *plan_hosts)}
+        usable = sorted(after, key=lambda h: (after[h], h))
+        picked = pack(usable, hosts, after, capacity.labels)
+        picked_set = set(picked)
+        victims: list[tuple[Victim, str]] = []
+        for v in chosen_gangs:
+            if any(h in picked_set for h, _ in v.w.placement):
+                victims.append((v, why[v.w.id] or ""))
+        for h in sorted(plan_hosts):
+            if h in picked_set:
+                victims.extend((singles[h][i][0], singles[h][i][3]) for i in plan_hosts[h])
+        if not victims:
+            return None  # it fits without preemption; the caller places it directly
+        return Plan(sorted(picked), victims, sum(cost_of(v.w) for v, _ in victims))
 
 
-def _order(v: Victim) -> tuple[int, int, int, int, str]:
+def _order(v: Victim) -> tuple[object, ...]:
     return v.order
 
 
@@ -356,32 +599,34 @@ def _gpus_on(v: Victim, host: str) -> int:
     return 0
 
 
-def _take(victims: Iterable[Victim], host: str, deficit: int, eligible: Eligibility,
-          gone: Container[str], taken: Container[str] = ()) -> list[tuple[Victim, str]] | None:
-    """The cheapest eligible victims on ``host`` freeing ``deficit`` GPUs, or None.
+def _cover(items: list[tuple[Victim, int, int, str]], deficit: int
+           ) -> tuple[int, tuple[int, ...]] | None:
+    """The cheapest subset of ``items`` (victim, GPUs here, cost, reason) freeing ``deficit`` GPUs.
 
-    Skips victims already ``gone`` this cycle or ``taken`` by the plan being built.
-
-    Victims come in cost order; take them until enough is freed, then drop,
-    most expensive first, any pick that turned out not to be needed.
+    A 0/1 knapsack over GPUs freed (capped at the deficit): a host holds at most
+    one victim per GPU, so this is a few dozen steps. Returns (cost, indices).
     """
-    chosen: list[tuple[Victim, str]] = []
-    got = 0
-    for v in victims:
-        if v.w.id in gone or v.w.id in taken:
-            continue
-        why = eligible(v)
-        if why is None:
-            continue
-        chosen.append((v, why))
-        got += _gpus_on(v, host)
-        if got >= deficit:
-            break
-    if got < deficit:
-        return None
-    for item in reversed(list(chosen)):
-        g = _gpus_on(item[0], host)
-        if got - g >= deficit:
-            chosen.remove(item)
-            got -= g
-    return chosen
+    if len(items) == 1:
+        return (items[0][2], (0,)) if items[0][1] >= deficit else None
+    best: dict[int, tuple[int, tuple[int, ...]]] = {0: (0, ())}
+    for i, (_, g, c, _) in enumerate(items):
+        for j, (cj, chosen) in list(best.items()):
+            if j >= deficit:
+                continue
+            k = min(deficit, j + g)
+            cand = cj + c
+            cur = best.get(k)
+            if cur is None or cand < cur[0]:
+                best[k] = (cand, (*chosen, i))
+    return best.get(deficit)
+
+
+def _subsets(vs: list[Victim], cost_of: Callable[[Workload], int]) -> Iterable[tuple[Victim, ...]]:
+    """The subsets of a component's victim gangs worth trying (all of them when few)."""
+    if len(vs) <= _EXHAUSTIVE_GANGS:
+        for r in range(len(vs) + 1):
+            yield from combinations(vs, r)
+        return
+    ranked = sorted(vs, key=lambda v: (cost_of(v.w), v.w.id))
+    for r in range(len(ranked) + 1):
+        yield tuple(ranked[:r])

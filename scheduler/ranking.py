@@ -23,6 +23,10 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from scheduler.rules import less_used
+
+KEEP_MAX = (1 << 20) - 1  # the largest keep_value (a leaf that has used nothing)
+
 if TYPE_CHECKING:
     from scheduler.state import State
 
@@ -197,13 +201,25 @@ class Ranking:
             return False  # same leaf (or one contains the other): not a fair-share question
         x = a[i]
         y = b[i]
-        sx, sy = self.shares[x], self.shares[y]
-        if sx <= 0:
-            return False
-        if sy <= 0:
-            return True
-        # (use_x + c) / sx < use_y / sy, in integers
-        return (self.use[x] + commitment) * sy < self.use[y] * sx
+        return less_used(self.use[x], self.shares[x], self.use[y], self.shares[y], commitment)
+
+    def keep_value(self, leaf: str) -> int:
+        """How much ``leaf`` deserves to keep its work, as a small integer (0 = the least).
+
+        The victim search's last tie-break: between equally costly victims, take
+        from the allocation furthest above what it is owed (Kueue's fair-sharing
+        preemption takes from the queue using the most). Over-service is the
+        leaf's part of all usage divided by its entitlement (1 = exactly its
+        share), quantised to 1/256 and capped; a leaf entitled to nothing keeps
+        nothing. Pure arithmetic on this cycle's usage, so it is the same on
+        every replay.
+        """
+        ent = self.tree.entitlement(leaf)
+        total = self.use.get(self.tree.root or "", 0)
+        if ent <= 0 or total <= 0:
+            return 0 if ent <= 0 else KEEP_MAX
+        q = int(self.use.get(leaf, 0) * 256 / (total * ent))
+        return KEEP_MAX - min(KEEP_MAX, q)
 
     # -- explanation -----------------------------------------------------------------
 

@@ -237,6 +237,10 @@ def _restore_workloads(b: dict[str, Any]) -> WorkloadsProjection:
     wl.by_shape = {leaf: {(s[0], s[1]): queue(ids) for s, ids in shapes}
                    for leaf, shapes in b["by_shape"]}
     wl.free_shapes = {(s[0], s[1]): n for s, n in b["free_shapes"]}
+    for leaf, q in wl.pending_free.items():  # a derived index: each leaf's queue split by shape
+        split = wl.free_by_shape.setdefault(leaf, {})
+        for item in q:
+            split.setdefault((item[1].hosts, item[1].gpus_per_host), []).append(item)
     wl.running_version = b["running_version"]
     wl.seq = b["seq"]
     return wl

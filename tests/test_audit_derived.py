@@ -10,7 +10,14 @@ from typing import Any
 
 import duckdb
 import pytest
-from test_audit_views import Log, engine_log, faulted_host, two_teams
+from test_audit_views import (
+    Log,
+    engine_log,
+    faulted_host,
+    fresh_db,
+    gang_behind_a_small_job,
+    two_teams,
+)
 
 from audit import create_views, load_log, open_db, summary
 from audit.load import (
@@ -50,6 +57,9 @@ DOWNSTREAM: dict[str, str] = {
     "owed_received_by_team": "run, team",
     "teams": "run, team",
     "host_changes": "run, host, t, d_present, d_fault, d_alloc, d_unalloc",
+    "stranded_by_hour": "run, hour",
+    "largest_gang_waits": "run",
+    "occupancy_by_hour": "run, hour",
 }
 
 
@@ -61,8 +71,7 @@ def write_log(tmp_path: Path, run: str, events: list[Event]) -> Path:
 
 
 def loaded(tmp_path: Path, **logs: list[Event]) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
-    create_views(con)
+    con = fresh_db()
     for run, events in logs.items():
         load_log(con, write_log(tmp_path, run, events))
     return con
@@ -182,7 +191,7 @@ def test_summary_is_the_same_from_the_derived_tables_and_the_plain_views(tmp_pat
     assert same(fast, plain)
 
 
-@pytest.mark.parametrize("make", [odd_log, two_teams, faulted_host])
+@pytest.mark.parametrize("make", [odd_log, two_teams, faulted_host, gang_behind_a_small_job])
 def test_derived_views_equal_the_plain_views_on_hand_written_logs(tmp_path: Path, make: Any) -> None:
     """Odd lifecycles, rejections, late inputs and host changes give the same rows both ways."""
     con = loaded(tmp_path, r=make().events)
@@ -210,7 +219,7 @@ def test_each_run_has_its_own_derived_rows(tmp_path: Path) -> None:
     """Loading a run again replaces only its derived rows; other runs keep theirs."""
     con = loaded(tmp_path, a=two_teams().events, b=faulted_host().events)
     before_b = {v: snapshot(con, f"{v} WHERE run = 'b'", o) for v, o in VIEWS.items()}
-    load_log(con, write_log(tmp_path, "a", faulted_host().events))
+    load_log(con, write_log(tmp_path, "a", faulted_host().events), replace=True)
     for view, order in VIEWS.items():
         assert snapshot(con, f"{view} WHERE run = 'b'", order) == before_b[view]
         # Run a is now the same log as b, so its rows are b's (but for the run name).
@@ -225,9 +234,10 @@ def test_a_failed_load_leaves_the_derived_rows_alone(tmp_path: Path) -> None:
     con = loaded(tmp_path, r=two_teams().events)
     before = {v: snapshot(con, v, o) for v, o in VIEWS.items()}
     bad = tmp_path / "r" / "bad.jsonl"
-    bad.write_bytes(b'{"type": "clock.ticked", "id": "a", "at": 1}\n{oops\n')
-    with pytest.raises(Exception, match="not a valid allot log"):
-        load_log(con, bad, "r")
+    bad.write_bytes(b'{"type": "clock.ticked", "id": "a", "at": 1}\n{oops\n'
+                    b'{"type": "clock.ticked", "id": "b", "at": 2}\n')
+    with pytest.raises(Exception, match="line 2 is not a valid event"):
+        load_log(con, bad, "r", replace=True)
     assert {v: snapshot(con, v, o) for v, o in VIEWS.items()} == before
     assert stale_runs(con) == []
 
@@ -302,22 +312,22 @@ def test_clock_and_order_on_a_log_of_several_row_groups(tmp_path: Path) -> None:
 def test_a_run_whose_derivation_failed_is_derived_again(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Events and derived rows are two steps: if the second fails, the run is stale, not wrong."""
-    import audit.load
+    import audit.views
 
     con = loaded(tmp_path, r=two_teams().events)
-    real = audit.load._derive_run
+    real = audit.views._derive_run
 
     def broken(con: duckdb.DuckDBPyConnection, run: str) -> None:
         raise RuntimeError("derivation failed")
 
-    monkeypatch.setattr(audit.load, "_derive_run", broken)
+    monkeypatch.setattr(audit.views, "_derive_run", broken)
     with pytest.raises(RuntimeError, match="derivation failed"):
-        load_log(con, write_log(tmp_path, "r", faulted_host().events))
+        load_log(con, write_log(tmp_path, "r", faulted_host().events), replace=True)
     # The new events are in, the old derived rows are gone, and the run is stale.
     assert con.execute("SELECT count(*) FROM events").fetchone() == (len(faulted_host().events),)
     assert con.execute("SELECT count(*) FROM workloads").fetchone() == (0,)
     assert stale_runs(con) == ["r"]
-    monkeypatch.setattr(audit.load, "_derive_run", real)
+    monkeypatch.setattr(audit.views, "_derive_run", real)
     assert summary(con, "r")["preemptions"] == {"host_drain": 1}
     assert_derived_equals_plain(con)
 
@@ -346,7 +356,7 @@ def test_summary_on_a_read_only_database_with_stale_or_no_derived_rows(tmp_path:
     for view in DERIVED:
         con.execute(f"DROP TABLE derived_{view}")
     con.execute("DROP TABLE derived_status")
-    from audit.load import _read_sql
+    from audit.views import _read_sql
 
     con.execute(_read_sql("plain.sql").replace("CREATE OR REPLACE TEMP VIEW", "CREATE OR REPLACE VIEW"))
     con.close()

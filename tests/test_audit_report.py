@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from rich.console import Console
-from test_audit_views import engine_log, faulted_host, two_teams  # the hand-computed logs
+from test_audit_views import engine_log, faulted_host, fresh_db, two_teams  # the hand-computed logs
 
 from audit import UnknownRun, create_views, load_log, render, report, summary
 from audit.cli import main
@@ -19,8 +19,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 def loaded(tmp_path: Path, **logs: list) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
-    create_views(con)
+    con = fresh_db()
     for run, events in logs.items():
         path = tmp_path / run / "events.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -42,15 +41,21 @@ def test_summary_of_a_hand_computed_log(tmp_path: Path) -> None:
     assert s["owed_received"]["teams"] == 2
     assert s["owed_received"]["teams_at_least_95"] == 1
     assert s["owed_received"]["by_team"] == pytest.approx({"lab/a": 1.0, "lab/b": 2 / 3})
-    assert s["wait_s"]["debug"] == {"p50": 1800.0, "p90": 1800.0, "p99": 1800.0, "n": 1,
-                                    "never_started": 0}
+    debug = s["wait_s"]["debug"]
+    assert {k: debug[k] for k in ("p50", "p90", "p99", "n", "started", "never_started")} == {
+        "p50": 1800.0, "p90": 1800.0, "p99": 1800.0, "n": 1, "started": 1, "never_started": 0}
+    assert debug["p90_censored"] is False and debug["p90_started"] == 1800.0
     assert s["wait_s"]["all"]["p50"] == 0.0 and s["wait_s"]["all"]["n"] == 3
     assert s["preemptions"] == {"reclaim_unallocated": 1}
     assert s["lost_gpu_hours"] == pytest.approx(0.5)
-    # The single 10-GPU host is never wholly free, so whatever is free is fragmented.
-    assert s["fragmentation"] == pytest.approx(1.0)
+    # The single 10-GPU host is never wholly free, so whatever is free is fragmented...
+    assert s["fragmentation_of_free"] == pytest.approx(1.0)
+    # ... but no workload that needs a whole host (10 GPUs) ever waits: nothing is stranded.
+    assert s["fragmentation"] == 0.0
     # The largest funded workload (a1, 8 GPUs) started at once.
-    assert s["largest_gang_wait_s"] == 0
+    assert s["largest_gang_wait_s"] == 0 and s["largest_gang_wait_started_s"] == 0
+    assert s["largest_gang"]["gpus"] == 8 and s["largest_gang"]["started"] == 1
+    assert (s["warmup_s"], s["measured_seconds"]) == (0, 7200)
 
 
 def test_summary_matches_the_views_and_cleans_up(tmp_path: Path) -> None:
@@ -72,13 +77,17 @@ def test_summary_matches_the_views_and_cleans_up(tmp_path: Path) -> None:
     assert con.execute("SELECT count(DISTINCT run) FROM workloads").fetchone() == (2,)
 
 
-def test_largest_gang_wait_is_null_when_none_started(tmp_path: Path) -> None:
-    """If no funded workload of the largest size ever started, the figure is None."""
+def test_largest_gang_wait_counts_gangs_that_never_started(tmp_path: Path) -> None:
+    """A largest gang that never started contributes its censored wait, marked as such;
+    the started-only figure (the old one) has nothing to report."""
     log = faulted_host()
     log.add(log.mk.submit("gang", "lab/a", 16, 600, at=3600, hosts=2))
     log.tick(3700)
-    con = loaded(tmp_path, r=log.events)
-    assert summary(con, "r")["largest_gang_wait_s"] is None
+    s = summary(loaded(tmp_path, r=log.events), "r")
+    assert s["largest_gang_wait_s"] == 100 and s["largest_gang_wait_censored"] is True
+    assert s["largest_gang_wait_started_s"] is None
+    assert s["largest_gang"] == {"gpus": 16, "hosts": 2, "workloads": 1, "started": 0,
+                                 "never_started": 1, "p50_wait_s": 100.0, "p50_wait_censored": True}
 
 
 def test_unknown_run_is_an_error(tmp_path: Path) -> None:
@@ -121,11 +130,11 @@ def test_cli_load_report_and_sql(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert code == 0
     out_json = tmp_path / "report.json"
     code, out, _ = run_cli(capsys, "audit", "report", "--db", db, "--json", str(out_json),
-                           "--run", "allot")
+                           "--run", "allot", "--warmup-s", "0")
     assert code == 0 and "received / owed" in out
     assert json.loads(out_json.read_text())["allot"]["owed_received"]["total"] == pytest.approx(16 / 17)
     code, out, _ = run_cli(capsys, "audit", "sql", "SELECT team, ratio FROM owed_received_by_team "
-                           "WHERE run = 'allot' ORDER BY team", "--db", db, "--csv")
+                           "WHERE run = 'allot' ORDER BY team", "--db", db, "--csv", "--warmup-s", "0")
     assert code == 0
     assert out.splitlines() == ["team,ratio", "lab/a,1.0", "lab/b,0.6666666666666666"]
     code, out, _ = run_cli(capsys, "audit", "sql", "SELECT count(*) AS n FROM events", "--db", db)
@@ -186,7 +195,7 @@ VIEWS = ("accepted_events", "policy", "workloads", "runs", "run_slots", "gpu_hou
          "waits", "wait_percentiles", "preemptions", "host_faults", "fragmentation_by_hour",
          "occupancy_by_hour", "log_span", "hours", "budget_nodes", "teams", "lifecycle",
          "host_changes", "host_intervals", "cluster_hours", "team_demand_by_hour", "entitlement_changes",
-         "share_changes", "workload_events")
+         "share_changes", "workload_events", "warmup", "stranded_by_hour", "largest_gang_waits")
 
 
 def test_docs_describe_every_view_column() -> None:
@@ -201,7 +210,8 @@ def test_docs_describe_every_view_column() -> None:
             continue
         for (name, *_) in con.execute(f"DESCRIBE {view}").fetchall():
             assert name in documented, f"{view}.{name}"
-    for name in ("run", "seq", "t", "child_shares", "reserved_hosts"):
+    for name in ("run", "seq", "t", "child_shares", "reserved_hosts", "loaded_runs", "skipped_lines",
+                 "source", "cut_line", "allot_warmup_s"):
         assert name in documented
 
 
@@ -211,5 +221,27 @@ def test_a_log_spanning_no_time_has_empty_figures(tmp_path: Path) -> None:
     log.events = log.events[:5]  # the policy, budget and host, all at t = 0
     s = summary(loaded(tmp_path, r=log.events), "r")
     assert (s["sim_seconds"], s["occupancy"], s["fragmentation"], s["delivered_gpu_h"]) == (0, None, None, None)
-    assert s["owed_received"] == {"total": None, "worst": None, "teams": 0, "teams_at_least_95": 0,
-                                  "by_team": {}}
+    empty = {"total": None, "worst": None, "teams": 0, "teams_at_least_95": 0, "by_team": {}}
+    assert s["owed_received"] == empty and s["owed_received_all_work"] == empty
+
+
+def test_one_duration_formatter_for_the_report_the_page_and_the_plots() -> None:
+    """The terminal report, the HTML page and the plots print a duration the same way
+    (before, the report said "90.0 min" where the page said "1.5 h")."""
+    from audit import html_report, plots
+    from audit.formatting import format_duration
+
+    assert plots.format_duration is format_duration
+    summary_like = {"run": "r", "scheduler": "allot", "events": 1, "sim_seconds": 5400,
+                    "wall_seconds": 95.0, "warmup_s": 0, "measured_seconds": 5400,
+                    "occupancy": None, "unallocated_share": None,
+                    "owed_received": {}, "owed_received_all_work": {}, "wait_s": {},
+                    "preemptions": {}, "lost_gpu_hours": 0.0, "fragmentation": None,
+                    "fragmentation_of_free": None, "largest_gang_wait_s": None,
+                    "largest_gang_wait_censored": False, "largest_gang_wait_started_s": None,
+                    "largest_gang": {"gpus": None, "workloads": 0, "started": 0}}
+    console = Console(width=120, record=True)
+    console.print(render({"r": summary_like}))
+    text = console.export_text()
+    assert "1.5 h" in text and "1.6 min" in text and "90.0 min" not in text
+    assert html_report.format_metric("sim_seconds", 5400) == format_duration(5400) == "1.5 h"

@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from audit import create_views, load_log
+from audit import create_views, load_log, summary
 from events import (
     HostDrained,
     Slot,
@@ -65,10 +65,18 @@ class Log:
         path = tmp_path / run / "events.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(encode_lines(self.events))
-        con = duckdb.connect()
-        create_views(con)
+        con = fresh_db()
         load_log(con, path)
         return con
+
+
+def fresh_db() -> duckdb.DuckDBPyConnection:
+    """An in-memory audit database with no warm-up: these logs are hours long, and the
+    default warm-up (one 7-day lookback window) would leave nothing to measure."""
+    con = duckdb.connect()
+    create_views(con)
+    con.execute("SET VARIABLE allot_warmup_s = 0")
+    return con
 
 
 def rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple]:
@@ -233,7 +241,8 @@ def test_runs_and_workload_status_at_log_end(tmp_path: Path) -> None:
 
 
 def test_wait_percentiles_are_exact(tmp_path: Path) -> None:
-    """p50/p90 interpolate first waits; a workload that never started is only counted."""
+    """p50/p90 interpolate first waits; a workload that never started counts with its
+    censored wait (end of log - submission), and a figure that depends on it says so."""
     log = Log()
     mk = log.mk
     log.add(mk.policy(team_depth=1))
@@ -251,13 +260,19 @@ def test_wait_percentiles_are_exact(tmp_path: Path) -> None:
     log.tick(1100)
     log.start("t0", 1100, {"h0": 1})
     con = log.con(tmp_path)
-    got = rows(con, """SELECT kind, n, started, never_started, p50, p90
+    # "never" waited at least 1100 - 1000 = 100 s (censored).
+    got = rows(con, """SELECT kind, n, started, never_started, p50, p90, p50_censored, p90_censored,
+                              max, max_censored, p50_started, p90_started, max_started
                        FROM wait_percentiles ORDER BY kind""")
     assert near(got) == near([
-        ("all", 7, 6, 1, 25.0, 550.0),
-        ("debug", 6, 5, 1, 20.0, 30 + 0.6 * 970),
-        ("training", 1, 1, 0, 100.0, 100.0),
+        # all: 0 10 20 30 100 100* 1000 -> p50 = 30; p90 = 100 + 0.4 x 900, and it rests on 100*.
+        ("all", 7, 6, 1, 30.0, 460.0, False, True, 1000, False, 25.0, 550.0, 1000),
+        # debug: 0 10 20 30 100* 1000 -> p50 = 25 (exact); p90 = 100 + 0.5 x 900 (censored).
+        ("debug", 6, 5, 1, 25.0, 550.0, False, True, 1000, False, 20.0, 30 + 0.6 * 970, 1000),
+        ("training", 1, 1, 0, 100.0, 100.0, False, False, 100, False, 100.0, 100.0, 100),
     ])
+    assert rows(con, "SELECT workload, wait_s, censored FROM waits WHERE workload IN ('never', 'd4') "
+                     "ORDER BY workload") == [("d4", 1000, False), ("never", 100, True)]
 
 
 def test_rejected_inputs_have_no_effect(tmp_path: Path) -> None:
@@ -288,8 +303,7 @@ def test_rejected_inputs_have_no_effect(tmp_path: Path) -> None:
     path = tmp_path / "engine" / "events.jsonl"
     path.parent.mkdir()
     path.write_bytes(encode_lines(log))
-    con = duckdb.connect()
-    create_views(con)
+    con = fresh_db()
     load_log(con, path)
     assert rows(con, "SELECT workload, budget, gpus, status FROM workloads") == [
         ("w1", "lab/a", 4, "running")]
@@ -431,8 +445,7 @@ def test_engine_log_is_internally_consistent(tmp_path: Path) -> None:
     path = tmp_path / "allot" / "events.jsonl"
     path.parent.mkdir()
     path.write_bytes(encode_lines(log))
-    con = duckdb.connect()
-    create_views(con)
+    con = fresh_db()
     load_log(con, path)
     (from_runs,) = rows(con, "SELECT sum(gpus * duration_s) / 3600.0 FROM runs")[0]
     (leaves,) = rows(con, """SELECT sum(allocated_gpu_h + unallocated_gpu_h) FROM gpu_hours_by_node_hour
@@ -460,3 +473,99 @@ def test_engine_log_is_internally_consistent(tmp_path: Path) -> None:
     kinds = Counter(type(e).__struct_config__.tag for e in log)
     assert rows(con, "SELECT count(*) FROM runs") == [(kinds["workload.started"],)]
     assert rows(con, "SELECT sum(count) FROM preemptions") == [(kinds["workload.preempted"],)]
+
+
+# -- metrics that count the starved (issue 9, item 4) ---------------------------------------
+
+
+def gang_behind_a_small_job() -> Log:
+    """Two 8-GPU hosts for two hours. small (3 GPUs) runs on h0 until 1800 while a 16-GPU
+    gang waits for both hosts; the gang then runs until 3600; small2 (2 GPUs) runs on h0
+    for the second hour with nothing waiting."""
+    log = Log()
+    mk = log.mk
+    log.add(mk.policy(team_depth=1))
+    log.add(mk.node("lab", managers=("admin",)))
+    log.add(mk.node("lab/a"))
+    log.add(mk.host("h0"))
+    log.add(mk.host("h1"))
+    log.add(mk.submit("small", "lab/a", 3, 600, at=0))
+    log.add(mk.submit("gang", "lab/a", 16, 600, at=0, hosts=2))
+    log.tick(0)
+    log.start("small", 0, {"h0": 3})
+    log.add(mk.finish("small", at=1800))
+    log.tick(1800)
+    log.start("gang", 1800, {"h0": 8, "h1": 8})
+    log.add(mk.finish("gang", at=3600))
+    log.add(mk.submit("small2", "lab/a", 2, 600, at=3600))
+    log.tick(3600)
+    log.start("small2", 3600, {"h0": 2})
+    log.tick(7200)
+    return log
+
+
+def test_stranded_gpus_over_capacity_are_exact(tmp_path: Path) -> None:
+    """Free GPUs on a partly free healthy host count as stranded only while a whole-host
+    workload waits; wholly free hosts never do. The old figure is kept beside it."""
+    con = gang_behind_a_small_job().con(tmp_path)
+    got = rows(con, """SELECT hour, capacity_gpu_h, stranded_gpu_h, stranded_share
+                       FROM stranded_by_hour ORDER BY hour""")
+    # Hour 0: h0 has 5 free GPUs for 30 min while the gang waits (h1 is wholly free: not
+    # stranded). Hour 1: h0 has 6 free GPUs all hour, but nothing that needs a host waits.
+    assert near(got) == near([(0, 16.0, 2.5, 2.5 / 16), (3600, 16.0, 0.0, 0.0)])
+    old = rows(con, "SELECT hour, fragmented_gpu_h, fragmentation FROM fragmentation_by_hour ORDER BY hour")
+    assert near(old) == near([(0, 2.5, 2.5 / 6.5), (3600, 6.0, 6 / 14)])  # h1 free all hour 1
+    s = summary(con, "r")
+    assert s["fragmentation"] == pytest.approx(2.5 / 32)
+    assert s["fragmentation_of_free"] == pytest.approx((2.5 / 6.5 + 6 / 14) / 2)
+
+
+def test_owed_received_over_all_work_counts_unallocated_work(tmp_path: Path) -> None:
+    """Beside the funded-only figure, owed and received over all of a team's work: team b's
+    unallocated u1 (1 GPU, running 0-1800, then preempted for good) counts there."""
+    con = two_teams().con(tmp_path)
+    got = rows(con, """SELECT team, hour, demand_all_gpu_h, owed_all_gpu_h, received_all_gpu_h,
+                              received_all_capped FROM owed_received ORDER BY team, hour""")
+    assert near(got) == near([
+        ("lab/a", 0, 8.0, 7.0, 8.0, 7.0), ("lab/a", 3600, 8.0, 7.0, 8.0, 7.0),
+        # b1 in demand all along, running from 1800; u1 in demand and running 0-1800.
+        ("lab/b", 0, 2.5, 2.5, 1.5, 1.5), ("lab/b", 3600, 1.0, 1.0, 1.0, 1.0),
+    ])
+    assert dict(rows(con, "SELECT team, ratio_all FROM owed_received_by_team")) == pytest.approx(
+        {"lab/a": 1.0, "lab/b": 2.5 / 3.5})
+    s = summary(con, "r")
+    assert s["owed_received"]["total"] == pytest.approx(16 / 17)  # funded work, unchanged
+    assert s["owed_received_all_work"]["total"] == pytest.approx(16.5 / 17.5)
+    assert s["owed_received_all_work"]["worst"] == pytest.approx(2.5 / 3.5)
+
+
+def test_a_warm_up_is_left_out_of_every_figure(tmp_path: Path) -> None:
+    """With a one-hour warm-up, the two-team log is measured over its second hour only:
+    occupancy, owed vs received, waits and preemptions all leave the first hour out."""
+    con = two_teams().con(tmp_path)
+    s = summary(con, "r", warmup_s=3600)
+    assert (s["warmup_s"], s["measured_from"], s["measured_seconds"]) == (3600, 3600, 3600)
+    assert s["occupancy"] == pytest.approx(0.9)  # 9 of 10 GPUs busy in hour 1
+    assert s["owed_received"]["total"] == pytest.approx(1.0)  # a: 7 of 7, b: 1 of 1
+    assert s["wait_s"]["all"]["n"] == 0  # every workload was submitted at 0
+    assert s["preemptions"] == {} and s["lost_gpu_hours"] == 0  # u1 was preempted at 1800
+    # The connection's own setting (none) is back afterwards.
+    assert summary(con, "r")["warmup_s"] == 0
+    assert rows(con, "SELECT hour, in_warmup FROM capacity_by_hour ORDER BY hour") == [
+        (0, False), (3600, False)]
+
+
+def test_the_default_warm_up_is_the_lookback_window(tmp_path: Path) -> None:
+    """Without a setting, the warm-up is the policy's window_s, rounded up to a whole hour."""
+    log = two_teams()
+    log.events[0] = log.mk.policy(team_depth=1, host_gpus=10, window_s=1800)
+    path = tmp_path / "r" / "events.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(encode_lines(log.events))
+    con = duckdb.connect()
+    create_views(con)
+    load_log(con, path)
+    assert rows(con, "SELECT warmup_s, measured_from, measured_s FROM warmup") == [(1800, 3600, 3600)]
+    assert rows(con, "SELECT hour, in_warmup FROM occupancy_by_hour ORDER BY hour") == [
+        (0, True), (3600, False)]
+    assert summary(con, "r")["occupancy"] == pytest.approx(0.9)

@@ -128,3 +128,37 @@ def test_unallocated_work_fills_leftovers_in_the_same_cycle():
         started("w", [("h0", 4)], True, 60),
         started("u", [("h1", 8)], False, 0),
     ]
+
+
+# -- no idle GPU beside work that fits (issue 8, section 4) ---------------------------------
+
+
+def test_unallocated_work_deep_in_a_shared_queue_still_gets_gpus_that_fit_it():
+    """100 evals that fit nowhere do not hide the 101st, which fits the 4 GPUs left free."""
+    s = Sim(hosts=2)
+    s.submit("b-full", "lab/b", 8, 3600)
+    s.submit("b-half", "lab/b", 4, 3600)
+    s.tick()
+    s.at(10)
+    for i in range(100):
+        s.submit(f"eval8-{i:03d}", "lab/a", 8, 0)
+    s.submit("eval4", "lab/a", 4, 0)
+    assert s.tick() == [started("eval4", [("h1", 4)], False, 10)]
+
+
+def test_allocated_work_behind_blocked_work_of_another_shape_still_starts():
+    """queue_depth bounds the workloads read past a failure, per shape: a fitting shape is always read."""
+    s = Sim(hosts=2, queue_depth=2)
+    # Each host: 4 GPUs of b past protection (takeable), the rest protected; h1 keeps 1 free.
+    s.submit("b0-old", "lab/b", 4, 60)
+    s.submit("b0-prot", "lab/b", 4, 7200)
+    s.submit("b1-old", "lab/b", 4, 60)
+    s.submit("b1-prot", "lab/b", 3, 7200)
+    s.tick()
+    assert s.state.cluster_state.hosts["h1"].free == 1
+    s.at(600)
+    for i in range(3):   # each could preempt 8 GPUs by the cheap bound, but no host frees 8
+        s.submit(f"a8-{i}", "lab/a", 8, 600)
+    s.submit("a1", "lab/a", 1, 600)
+    # (The first 8-GPU job, needing a whole host, reserves the one freeing soonest.)
+    assert s.tick() == [("reserved", "a8-0", ("h0",), 7200), started("a1", [("h1", 1)], True, 1200)]

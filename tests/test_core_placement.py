@@ -1,4 +1,4 @@
-"""Placement: single-host work on the least-free host that fits, gangs of whole hosts all or nothing, one rack or block when labelled."""
+"""Placement: single-host work on the least-free host that fits, gangs of whole hosts all or nothing, one rack, else one block, when labelled."""
 
 from __future__ import annotations
 
@@ -97,9 +97,14 @@ def _occupy(s: Sim, host: str, gpus: int) -> None:
         # Racks: h1 would be first, but only rack r1 holds two free hosts.
         ([("r0", None), ("r0", None), ("r1", None), ("r1", None)], ("h0", 4), (16, 2),
          [("h2", 8), ("h3", 8)]),
-        # Blocks beat racks: h0 and h2 share block B1 although h0/h1 share a rack.
+        # A rack is named within its block: "r0" of B1 and "r0" of B2 are two racks,
+        # so no rack holds the gang, and block B1 (h0, h2) does.
         ([("r0", "B1"), ("r0", "B2"), ("r1", "B1"), ("r1", "B2")], None, (16, 2),
          [("h0", 8), ("h2", 8)]),
+        # Racks inside one block: the gang takes one rack, not the block's two least-free
+        # hosts across racks (h1 of r0 and h2 of r1 would come first by name).
+        ([("r0", "B1"), ("r0", "B1"), ("r1", "B1"), ("r1", "B1")], ("h0", 1), (16, 2),
+         [("h2", 8), ("h3", 8)]),
         # Two racks fit a 2 x 4 gang: the tighter one (fewer free GPUs left) wins.
         ([("r0", None), ("r0", None), ("r1", None), ("r1", None)], ("h2", 4), (8, 2),
          [("h2", 4), ("h3", 4)]),
@@ -107,8 +112,8 @@ def _occupy(s: Sim, host: str, gpus: int) -> None:
         ([(None, None)] * 4, ("h2", 4), (8, 2), [("h0", 4), ("h2", 4)]),
     ],
 )
-def test_gang_prefers_one_block_then_one_rack(labels, busy, gang, expected):
-    """A gang goes to hosts sharing a block, else a rack, preferring the tightest group."""
+def test_gang_prefers_one_rack_then_one_block(labels, busy, gang, expected):
+    """A gang goes to hosts sharing a rack, else a block, preferring the tightest group."""
     s = Sim(hosts=_fleet(labels))
     if busy is not None:
         _occupy(s, *busy)

@@ -245,3 +245,195 @@ def test_victim_does_not_preempt_its_preemptor_on_the_next_pass(scenario):
     nxt = s.tick(next_tick)
     assert preempted("P", "fair_share", "V", True) not in nxt, nxt
     assert s.running() == ["P"]
+
+
+# -- the cheapest victim set (issue 8, section 1) ----------------------------------------
+
+
+def test_the_cheapest_subset_of_a_hosts_victims_is_taken():
+    """A 1-GPU request takes the 1-GPU victim, not the 5-GPU one that happens to cover it first."""
+    s = Sim(hosts=1)
+    s.submit("a2", "lab/a", 2, 60)
+    s.submit("v5", "lab/b", 5, 60)
+    s.submit("v1", "lab/b", 1, 60)
+    assert [e[1] for e in s.tick()] == ["a2", "v5", "v1"]
+    s.at(600).submit("p", "lab/a", 1, 60)
+    assert s.tick() == [
+        preempted("v1", "fair_share", "p", False),
+        started("p", [("h0", 1)], True, 660),
+    ]
+
+
+def test_a_gang_takes_victims_that_free_exactly_the_hosts_it_needs():
+    """Two 2-host gangs and the free host place a 5-host gang; the 3-host gang (one host unused) stays."""
+    s = Sim(hosts=8)
+    for name, hosts in (("g2a", 2), ("g2b", 2), ("g3", 3)):
+        s.submit(name, "lab/b", 8 * hosts, 60, hosts=hosts)
+    s.tick()
+    assert s.state.cluster_state.hosts["h7"].free == 8
+    s.at(600).submit("G", "lab/a", 40, 60, hosts=5)
+    out = s.tick()
+    assert sorted(e for e in out if e[0] == "preempted") == [
+        preempted("g2a", "fair_share", "G", False),
+        preempted("g2b", "fair_share", "G", False),
+    ]
+    assert out[-1] == started("G", [(h, 8) for h in ("h0", "h1", "h2", "h3", "h7")], True, 660)
+    assert "g3" in s.running()
+
+
+def test_work_already_done_costs_more_than_gpus_taken():
+    """A 4-GPU request takes the 8-GPU job that ran a minute rather than the 4-GPU one that ran an hour."""
+    s = Sim(hosts=2)
+    s.submit("prot", "lab/b", 4, 7200)
+    s.submit("old", "lab/b", 4, 60)        # h0, beside prot: runs the whole hour
+    assert [e[1] for e in s.tick()] == ["prot", "old"]
+    s.at(3540).submit("young", "lab/b", 8, 60)
+    assert s.tick() == [started("young", [("h1", 8)], True, 3600)]
+    s.at(3600).submit("p", "lab/a", 4, 60)
+    assert s.tick() == [
+        preempted("young", "fair_share", "p", False),
+        started("p", [("h1", 4)], True, 3660),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("resumable", "run_s", "checkpoint_s", "lost"),
+    [
+        (False, 3600, None, 8 * 3600),      # not resumable: the whole run
+        (False, 3600, 600, 8 * 3600),       # (a checkpoint does not help what cannot resume)
+        (True, 3600, None, 0),              # resumable, continuous checkpoints: nothing
+        (True, 3600, 0, 0),
+        (True, 3700, 600, 8 * 100),         # since its last checkpoint, at 3600
+        (True, 599, 600, 8 * 599),
+        (True, 600, 600, 0),
+        (False, 0, None, 0),                # just started: nothing done yet
+    ],
+)
+def test_work_lost_counts_the_run_since_the_victim_could_last_resume(resumable, run_s,
+                                                                   checkpoint_s, lost):
+    """work_lost is GPUs x run time, or GPUs x time since the last checkpoint when resumable."""
+    from projections.workloads import Workload
+    from scheduler.preemption import work_lost
+
+    w = Workload(id="v", budget="lab/b", user="b", gpus=8, hosts=1, gpus_per_host=8,
+                 min_runtime_s=60, resumable=resumable, priority=0, kind="training",
+                 submitted_at=0, seq=0, submit_event="e")
+    w.started_at = 1000
+    assert work_lost(w, 1000 + run_s, checkpoint_s) == lost
+
+
+def test_the_checkpoint_hook_reads_the_workloads_interval_before_the_policys():
+    """checkpoint_interval: the workload's own interval wins, else the policy's, else none."""
+    from types import SimpleNamespace
+
+    from scheduler.preemption import checkpoint_interval
+
+    policy = SimpleNamespace(checkpoint_interval_s=900)
+    assert checkpoint_interval(SimpleNamespace(checkpoint_interval_s=300), policy) == 300
+    assert checkpoint_interval(SimpleNamespace(), policy) == 900
+    assert checkpoint_interval(SimpleNamespace(), SimpleNamespace()) is None
+
+
+# -- the fair-share rule, tested directly (issue 8, section 7) ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("min_runtime", "expected"),
+    [
+        # b used 4 GPUs x 600 s = 2400; a commits 8 x min_runtime: 2392 < 2400.
+        (299, [preempted("vb", "fair_share", "p", False), started("p", [("h0", 8)], True, 899)]),
+        (300, []),   # 2400 == 2400: an exact tie is not "strictly less used"
+        (301, []),   # 2408 > 2400: its own commitment puts a past b
+    ],
+)
+def test_fair_share_needs_strictly_less_use_after_the_preemptors_commitment(min_runtime, expected):
+    """With 8 GPUs free but scattered (so the cheap bound lets the search run), only the rule decides."""
+    tree = (("lab", 1, ("admin",)), ("lab/a", 1, ()), ("lab/b", 1, ()), ("lab/c", 1, ()))
+    s = Sim(tree, hosts=2)
+    s.submit("vb", "lab/b", 4, 60)
+    s.submit("fill", "lab/c", 4, 7200)       # keeps h0's other half busy for a moment ...
+    s.tick()
+    s.submit("c-prot", "lab/c", 4, 7200)     # ... so this one lands on h1
+    assert s.tick() == [started("c-prot", [("h1", 4)], True, 7200)]
+    s.finish("fill")
+    s.at(600).submit("p", "lab/a", 8, min_runtime)
+    hosts = s.state.cluster_state.hosts
+    assert (hosts["h0"].workloads, hosts["h0"].free, hosts["h1"].free) == ({"vb": 4}, 4, 4)
+    assert s.tick() == expected
+
+
+@pytest.mark.parametrize(
+    ("a_use", "commitment", "b_use", "may"),
+    [
+        (0, 0, 1, True),
+        (0, 0, 0, False),          # a tie is never "strictly less"
+        (100, 0, 100, False),
+        (99, 0, 100, True),
+        (99, 1, 100, False),       # the commitment closes the gap exactly
+        (50, 49, 100, True),
+        (50, 50, 100, False),
+        (0, 101, 100, False),      # the candidate's own commitment alone puts it past
+    ],
+)
+def test_may_preempt_compares_usage_plus_commitment_strictly(a_use, commitment, b_use, may):
+    """Ranking.may_preempt: (use_a + commitment) / share_a < use_b / share_b, strictly."""
+    from scheduler.ranking import Ranking, commitments
+
+    s = Sim(hosts=1)
+    r = Ranking(s.state, commitments(s.state))
+    r.use["lab/a"], r.use["lab/b"] = a_use, b_use
+    assert r.may_preempt("lab/a", commitment, "lab/b") is may
+    # And it is the one comparison the cycle's cheap bound uses too.
+    from scheduler.rules import less_used
+
+    assert less_used(a_use, 1, b_use, 1, commitment) is may
+
+
+def test_overlapping_victim_gangs_are_taken_together_when_only_both_ready_enough_hosts():
+    """Two half-host victim gangs share a host: taking both readies three hosts; neither alone two."""
+    s = Sim(hosts=3)
+    s.submit("A", "lab/b", 8, 60, hosts=2)       # 2 x 4: h0 and h1
+    s.tick()
+    s.submit("fill", "lab/b", 4, 7200)           # h0's other half, for a moment
+    s.tick()
+    s.submit("B", "lab/b", 8, 60, hosts=2)       # 2 x 4: h1 and h2
+    assert s.tick() == [started("B", [("h1", 4), ("h2", 4)], True, 60)]
+    s.finish("fill")
+    s.at(600).submit("G", "lab/a", 16, 60, hosts=2)
+    out = s.tick()
+    assert sorted(e for e in out if e[0] == "preempted") == [
+        preempted("A", "fair_share", "G", False),
+        preempted("B", "fair_share", "G", False),
+    ]
+    assert out[-1] == started("G", [("h0", 8), ("h1", 8)], True, 660)
+
+
+def test_a_gang_prefers_a_free_host_and_one_victim_to_two_victims():
+    """With one host free, a 2-host gang takes the single cheapest victim host, not two."""
+    s = Sim(hosts=3)
+    s.submit("v-old", "lab/b", 8, 60)
+    s.tick()
+    s.at(300).submit("v-young", "lab/b", 8, 60)
+    s.tick()
+    s.submit("free-h2", "lab/b", 8, 7200)        # h2 busy for a moment, then free
+    s.tick()
+    s.finish("free-h2")
+    s.at(900).submit("G", "lab/a", 16, 60, hosts=2)
+    out = s.tick()
+    # v-young has done less work (600 s) than v-old (900 s): it goes, with the free host.
+    assert out == [preempted("v-young", "fair_share", "G", False),
+                   started("G", [("h1", 8), ("h2", 8)], True, 960)]
+
+
+def test_a_job_never_tears_down_a_gang_larger_than_itself():
+    """A gang over more hosts than the preemptor uses is not its to take; a gang as large may take it."""
+    s = Sim(hosts=4)
+    s.submit("gang", "lab/b", 32, 60, hosts=4)
+    s.tick()
+    s.at(600).submit("p", "lab/a", 8, 60)
+    assert s.tick() == []                     # it would free three hosts for nothing
+    s.submit("g4", "lab/a", 32, 60, hosts=4)
+    assert s.tick() == [
+        preempted("gang", "fair_share", "g4", False),
+        started("g4", [(f"h{i}", 8) for i in range(4)], True, 660),
+    ]

@@ -141,3 +141,25 @@ def test_ranking_is_deterministic_across_engines():
         logs.append((out, s.state.fingerprint()))
     assert logs[0] == logs[1]
     assert logs[0][0][0]  # the first cycle did start work
+
+
+@pytest.mark.parametrize(
+    ("at", "a_usage", "winner"),
+    [
+        # a's hour [0, 3600) is bucket 0; b's half hour [3600, 5400) is bucket 1. A 2-hour
+        # window at t covers the buckets from (t - 7200) // 3600 + 1 on.
+        (7199, 8 * 3600, "wb"),   # both buckets still in: a used more
+        (7200, 0, "wa"),          # bucket 0 just left: a used nothing any more
+    ],
+)
+def test_usage_leaves_the_lookback_window_at_its_bucket_edge(at, a_usage, winner):
+    """Usage older than the window stops counting exactly one bucket after the window passes it."""
+    s = Sim(hosts=1, window_s=2 * HOUR, bucket_s=HOUR, fair_share_period_s=1)
+    s.run_history("lab/a", 8, HOUR)
+    s.run_history("lab/b", 8, HOUR // 2)
+    s.at(at)
+    assert (s.state.usage.usage("lab/a", at), s.state.usage.usage("lab/b", at)) == \
+        (a_usage, 8 * HOUR // 2)
+    s.submit("wb", "lab/b", 8, 60)
+    s.submit("wa", "lab/a", 8, 60)
+    assert s.tick() == [started(winner, [("h0", 8)], True, at + 60)]

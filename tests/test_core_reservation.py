@@ -123,3 +123,73 @@ def test_reservation_lapses_when_the_gang_is_cancelled():
     assert s.tick() == [("reserved", "G", ("h0", "h2"), 1000)]
     s.at(20).cancel("G", "a")
     assert s.tick() == [started("s", [("h2", 8)], True, 5020)]
+
+
+# -- reservations hold (issue 8, section 2) --------------------------------------------------
+
+THREE = (("lab", 1, ("admin",)), ("lab/a", 1, ()), ("lab/b", 1, ()), ("lab/c", 1, ()))
+
+
+def test_a_due_reservation_is_not_taken_by_better_ranked_work_first():
+    """At until the holder gets its hosts, although better-ranked work waiting for them comes first in the order."""
+    s = Sim(THREE, hosts=2)
+    s.run_history("lab/a", 1, 100, name="a-old")        # a used a little: c (nothing) ranks first
+    t0 = s.now
+    s.submit("b1", "lab/b", 8, 1000)
+    assert s.tick() == [started("b1", [("h0", 8)], True, t0 + 1000)]
+    s.at(t0 + 10).submit("G", "lab/a", 16, 60, hosts=2)
+    s.submit("s", "lab/b", 8, 500)                     # short: it may backfill h1
+    assert s.tick() == [("reserved", "G", ("h0", "h1"), t0 + 1000),
+                        started("s", [("h1", 8)], True, t0 + 510)]
+    s.at(t0 + 20).submit("c1", "lab/c", 8, 990)         # protected past until: it waits
+    assert s.tick() == []
+    out = s.tick(t0 + 1000)
+    assert out[-1] == started("G", [("h0", 8), ("h1", 8)], True, t0 + 1060)
+    assert s.status("c1") == "pending"
+
+
+def test_two_reservations_of_one_size_never_share_a_host():
+    """With two slots, the second blocked gang reserves other hosts than the first, not the same ones."""
+    s = Sim(THREE, hosts=4, reservations=2)
+    for i, until in enumerate((1000, 2000, 3000, 4000)):
+        s.submit(f"b{i}", "lab/b", 8, until)
+    s.tick()
+    s.at(10).submit("G1", "lab/a", 16, 60, hosts=2)
+    s.submit("G2", "lab/c", 16, 60, hosts=2)
+    s.submit("s", "lab/b", 1, 60)                      # something that would place: reservations settle
+    s.finish("b0")
+    out = s.tick()
+    reserved = {e[1]: (e[2], e[3]) for e in out if e[0] == "reserved"}
+    assert reserved == {"G1": (("h0", "h1"), 2000), "G2": (("h2", "h3"), 4000)}
+
+
+def test_each_size_class_has_its_own_slot():
+    """One slot serves a 2-host gang and another a single whole-host job: neither waits for the other's."""
+    s = Sim(THREE, hosts=3)
+    for i, until in enumerate((1000, 2000, 3000)):
+        s.submit(f"b{i}", "lab/b", 7, until)         # one GPU free per host: room for a trigger
+    s.tick()
+    s.at(10).submit("G", "lab/a", 16, 60, hosts=2)
+    s.submit("one", "lab/c", 8, 60)
+    s.submit("s", "lab/b", 1, 60)                      # places: the reservations settle first
+    out = s.tick()
+    reserved = {e[1]: (e[2], e[3]) for e in out if e[0] == "reserved"}
+    assert reserved == {"G": (("h0", "h1"), 2000), "one": (("h2",), 3000)}
+
+
+def test_a_holder_that_can_preempt_its_way_in_elsewhere_does_not_wait():
+    """A reservation holder takes unallocated work elsewhere as soon as that host could hold it."""
+    s = Sim(THREE, hosts=2)
+    s.submit("b1", "lab/b", 7, 1000)
+    s.submit("b2", "lab/b", 4, 2000)
+    s.submit("u", "lab/c", 4, 0)
+    assert [e[1] for e in s.tick()] == ["b1", "b2", "u"]
+    s.at(10).submit("W", "lab/a", 8, 60)
+    s.submit("s", "lab/b", 1, 60)                      # backfills h0's free GPU
+    assert s.tick() == [("reserved", "W", ("h0",), 1000), started("s", [("h0", 1)], True, 70)]
+    s.at(100).finish("b2")                              # h1 now holds only unallocated work
+    assert s.tick() == [
+        preempted("u", "reclaim_unallocated", "W", False),
+        started("W", [("h1", 8)], True, 160),
+    ]
+    assert "W" not in s.state.reservations

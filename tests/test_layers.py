@@ -95,7 +95,7 @@ def test_the_core_imports_no_edge_library(package: str) -> None:
 def test_every_package_has_a_row() -> None:
     """A new top-level package must take its place in the table."""
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    assert set(pyproject["tool"]["setuptools"]["packages"]) == set(ALLOWED)
+    assert {p.split(".")[0] for p in pyproject["tool"]["setuptools"]["packages"]} == set(ALLOWED)
 
 
 def test_pending_violations_are_forbidden_pairs() -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from audit import html_report, plots
+from audit import html_report, plots, summary
 from audit.plots import (
     BarSegments,
     OvercommittedHostError,
@@ -396,7 +396,7 @@ def test_write_plots_writes_every_plot(con: duckdb.DuckDBPyConnection, tmp_path:
 def test_html_is_self_contained(con: duckdb.DuckDBPyConnection, tmp_path: Path) -> None:
     """The page embeds every plot as a base64 PNG and points at nothing outside itself."""
     out = html_report.write_html(con, ["allot", "baseline"], tmp_path / "r" / "audit.html",
-                                 title="Tiny <audit>")
+                                 summaries={"allot": {}, "baseline": {}}, title="Tiny <audit>")
     text = out.read_text(encoding="utf-8")
     assert "http://" not in text and "https://" not in text
     refs = re.findall(r'(?:src|href)\s*=\s*"([^"]*)"', text)
@@ -412,14 +412,18 @@ def test_html_summary_formats_given_figures(con: duckdb.DuckDBPyConnection,
     summaries = {"allot": {"occupancy": 0.98, "owed_received": {"total": 0.981, "worst": 0.9,
                                                                 "teams_at_least_95": 13,
                                                                 "teams": 15},
-                           "wait_s": {"debug": {"p50": 24, "p90": 5400}}}}
+                           "wait_s": {"debug": {"p50": 24, "p90": 5400, "p90_censored": True}},
+                           "largest_gang_wait_s": 7200, "largest_gang_wait_censored": True},
+                 "baseline": {"occupancy": 0.5}}
     text = html_report.write_html(con, ["allot", "baseline"], tmp_path / "a.html",
                                   summaries=summaries).read_text()
     assert "<td>98.0%</td>" in text and "<td>98.1%</td>" in text
     assert "<td>13 of 15</td>" in text
-    assert "<td>24 s</td>" in text and "<td>1.5 h</td>" in text
+    assert "<td>24 s</td>" in text
+    # A figure that rests on never-started work is a lower bound, and says so.
+    assert "<td>≥ 1.5 h</td>" in text and "<td>≥ 2 h</td>" in text
+    assert "censored" not in text.split("<h2 id=\"owed\"")[0].split("Summary</h2>")[1]
     assert '<td class="missing">—</td>' in text  # e.g. allot's fragmentation
-    assert "(from views)" in text  # baseline had no summary
 
 
 def test_report_shaped_summaries_are_normalised() -> None:
@@ -436,22 +440,6 @@ def test_report_shaped_summaries_are_normalised() -> None:
     assert html_report.format_metric("wait_s.debug.never_started", 1) == "1"
     assert html_report.format_metric("wait_s.debug.p90", 30.0) == "30 s"
     assert html_report.format_metric("fragmentation", None) == "—"
-
-
-def test_summary_from_views(con: duckdb.DuckDBPyConnection) -> None:
-    """The fallback summary reads occupancy, owed/received and wait quantiles off the views."""
-    s = html_report.summary_from_views(con, "allot")
-    busy = (9 + 8 + 7) + 12.0
-    assert s["occupancy"] == pytest.approx(busy / (16 * 3 - 4))
-    assert s["owed_received.worst"] == 0.5
-    assert s["owed_received.teams_at_least_95"] == 1
-    assert s["owed_received.total"] == pytest.approx(25 / 26)
-    assert s["wait_s.eval.p50"] == 400.0  # quantile_cont over started waits 0 and 800
-    assert s["wait_s.debug.p90"] == 0.0 and s["wait_s.debug.never_started"] == 1
-    assert s["largest_gang_wait_s"] == 0.0  # the 8-GPU funded workload started at once
-    assert s["preemptions"] == 1
-    assert "fragmentation" not in s  # the fixture has no fragmentation view
-    assert s["sim_seconds"] == 3 * H
 
 
 # -- the real loader and views, once they exist --------------------------------------------
@@ -507,7 +495,38 @@ def test_plots_on_a_real_engine_log(tmp_path: Path) -> None:
         pytest.skip("the audit views are not created by open_db yet")
     paths = html_report.write_plots(con, ["allot"], tmp_path / "plots")
     assert all(p.stat().st_size > 10_000 for p in paths)
+    con.execute("SET VARIABLE allot_warmup_s = 0")
     # The debug job preempted the unallocated gang: one preemption, on both of its hosts.
-    assert html_report.summary_from_views(con, "allot")["preemptions"] == 1
+    assert summary(con, "allot")["preemptions"] == {"reclaim_unallocated": 1}
     page = html_report.write_html(con, ["allot"], tmp_path / "audit.html").read_text()
     assert "data:image/png;base64," in page
+    # Without a given summary the page shows audit.report.summary's figures, the one summary.
+    s = summary(con, "allot")
+    assert f"<td>{s['occupancy']:.1%}</td>" in page
+    assert "<td>1</td>" in page  # the one preemption, in the Preemptions row
+
+
+def test_the_page_and_the_report_share_one_occupancy_and_gang_wait(tmp_path: Path) -> None:
+    """html_report.summary_from_views is gone: its occupancy (busy / (busy + idle)) and its
+    gang wait (from `waits`) were the report's (busy / (total - unavailable), `workloads`)
+    under other names, equal on the audit views since idle = total - busy - unavailable.
+    The report's definitions are the ones kept; checked here on a log with a faulty host."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_audit_views import faulted_host, fresh_db
+
+    from audit import load_log
+    from events import encode_lines
+
+    log = tmp_path / "r" / "events.jsonl"
+    log.parent.mkdir()
+    log.write_bytes(encode_lines(faulted_host().events))
+    con = fresh_db()
+    load_log(con, log)
+    busy, idle = con.execute("SELECT sum(allocated_gpu_h + unallocated_gpu_h), sum(idle_gpu_h) "
+                             "FROM capacity_by_hour").fetchone()
+    s = summary(con, "r")
+    assert s["occupancy"] == pytest.approx(busy / (busy + idle)) == pytest.approx(10 / 13)
+    page = html_report.write_html(con, ["r"], tmp_path / "p.html").read_text()
+    assert "<td>76.9%</td>" in page

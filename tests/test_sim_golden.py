@@ -63,6 +63,9 @@ def test_gang_waits_for_its_reservation() -> None:
     """A blocked gang holds the hosts that free soonest; only short work may backfill them."""
     got = _decided("gang_reservation")
     assert (2000, "workload.reserved", "gang", "h0000,h0001,h0002 until 10800") in got
+    # c-long needs a whole host too: its size class has its own slot, so it holds h0003
+    # (where b4's protection ends at 14400) instead of waiting for the gang's slot.
+    assert (2100, "workload.reserved", "c-long", "h0003 until 14400") in got
     started = {d[2]: d for d in got if d[1] == "workload.started"}
     # The 8-hour job may not take the free reserved host h0000 at t=2000 ...
     assert started["c-long"][0] == 14400 and started["c-long"][3] == "h0003:8"

@@ -261,35 +261,42 @@ GROUP BY run, hour;
 
 -- Owed vs received -----------------------------------------------------------------
 
--- Demand and received GPU-hours per team and hour (team_demand_by_hour).
+-- Demand and received GPU-hours per team and hour (team_demand_by_hour): of
+-- funded workloads, and of all workloads.
 CREATE OR REPLACE TEMP TABLE _derived_team_demand_by_hour AS
-WITH funded_runs AS (
-    SELECT w.team, w.gpus, r.start_at, r.stop_at, r.stop_reason
+WITH team_runs AS (
+    SELECT w.team, w.gpus, w.funded, r.start_at, r.stop_at, r.stop_reason
     FROM _derived_runs AS r JOIN _derived_workloads AS w USING (wkey)
-    WHERE w.funded
 ),
 deltas AS (
-    SELECT team, submitted_at AS t, gpus AS d_demand, 0 AS d_received
-    FROM _derived_workloads WHERE funded
+    SELECT team, submitted_at AS t, funded, gpus AS d_demand, 0 AS d_received
+    FROM _derived_workloads
     UNION ALL
-    SELECT team, ended_at, -gpus, 0 FROM _derived_workloads WHERE funded AND ended_at IS NOT NULL
+    SELECT team, ended_at, funded, -gpus, 0 FROM _derived_workloads WHERE ended_at IS NOT NULL
     UNION ALL
-    SELECT team, start_at, 0, gpus FROM funded_runs
+    SELECT team, start_at, funded, 0, gpus FROM team_runs
     UNION ALL
-    SELECT team, stop_at, 0, -gpus FROM funded_runs WHERE stop_reason <> 'open'
+    SELECT team, stop_at, funded, 0, -gpus FROM team_runs WHERE stop_reason <> 'open'
 ),
 per_hour AS (
     SELECT d.team, hour_of(d.t) AS hour,
-           sum(d.d_demand) AS step_demand,
-           sum(d.d_received) AS step_received,
-           sum(d.d_demand * (least(hour_of(d.t) + 3600, s.end_t) - d.t)) AS tail_demand,
-           sum(d.d_received * (least(hour_of(d.t) + 3600, s.end_t) - d.t)) AS tail_received
+           sum(d.d_demand) FILTER (WHERE d.funded) AS step_demand,
+           sum(d.d_received) FILTER (WHERE d.funded) AS step_received,
+           sum(d.d_demand * (least(hour_of(d.t) + 3600, s.end_t) - d.t)) FILTER (WHERE d.funded)
+               AS tail_demand,
+           sum(d.d_received * (least(hour_of(d.t) + 3600, s.end_t) - d.t)) FILTER (WHERE d.funded)
+               AS tail_received,
+           sum(d.d_demand) AS step_demand_all,
+           sum(d.d_received) AS step_received_all,
+           sum(d.d_demand * (least(hour_of(d.t) + 3600, s.end_t) - d.t)) AS tail_demand_all,
+           sum(d.d_received * (least(hour_of(d.t) + 3600, s.end_t) - d.t)) AS tail_received_all
     FROM deltas AS d CROSS JOIN _d_span AS s
     GROUP BY d.team, hour_of(d.t)
 ),
 grid AS (
     SELECT h.run, k.team, h.hour, h.hour_s, p.step_demand, p.step_received,
-           p.tail_demand, p.tail_received
+           p.tail_demand, p.tail_received, p.step_demand_all, p.step_received_all,
+           p.tail_demand_all, p.tail_received_all
     FROM (SELECT DISTINCT team FROM per_hour) AS k
     CROSS JOIN _d_hours AS h
     LEFT JOIN per_hour AS p ON p.team = k.team AND p.hour = h.hour
@@ -298,6 +305,10 @@ SELECT run, team, hour,
        (coalesce(sum(step_demand) OVER before, 0) * hour_s + coalesce(tail_demand, 0)) / 3600.0
            AS demand_gpu_h,
        (coalesce(sum(step_received) OVER before, 0) * hour_s + coalesce(tail_received, 0)) / 3600.0
-           AS received_gpu_h
+           AS received_gpu_h,
+       (coalesce(sum(step_demand_all) OVER before, 0) * hour_s + coalesce(tail_demand_all, 0)) / 3600.0
+           AS demand_all_gpu_h,
+       (coalesce(sum(step_received_all) OVER before, 0) * hour_s + coalesce(tail_received_all, 0))
+           / 3600.0 AS received_all_gpu_h
 FROM grid
 WINDOW before AS (PARTITION BY team ORDER BY hour ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING);

@@ -106,8 +106,13 @@ WITH requeues AS (
 )
 SELECT w.run, w.workload, w.kind, w.gpus, w.hosts, w.funded, w.team, w.budget,
        w.submitted_at, w.first_started_at, w.first_wait_s,
-       coalesce(r.requeue_waits, []::BIGINT[]) AS requeue_waits
+       coalesce(r.requeue_waits, []::BIGINT[]) AS requeue_waits,
+       coalesce(w.first_wait_s, s.end_t - w.submitted_at) AS wait_s,
+       w.first_wait_s IS NULL AS censored,
+       w.submitted_at < u.measured_from AS in_warmup
 FROM workloads AS w
+JOIN log_span AS s USING (run)
+JOIN warmup AS u USING (run)
 LEFT JOIN requeues AS r USING (run, workload);
 
 -- Each host as a step function: GPUs present, whether it is faulty (faulted or
@@ -172,7 +177,8 @@ GROUP BY run, hour;
 
 -- Per team and hour, GPU-hours of FUNDED workloads (min_runtime_s > 0,
 -- whatever the policy): demand = pending or running (submission to end; a
--- requeue keeps it in demand), received = running.
+-- requeue keeps it in demand), received = running; and the same over all of
+-- the team's workloads, funded or not.
 --
 -- Integrated by hour from the changes alone, without ordering them: within an
 -- hour [hs, he), the level is the level at hs (the sum of all earlier changes)
@@ -180,27 +186,34 @@ GROUP BY run, hour;
 -- sums need a running total, not the changes themselves.
 CREATE OR REPLACE TEMP VIEW team_demand_by_hour AS
 WITH deltas AS (
-    SELECT run, team, submitted_at AS t, gpus AS d_demand, 0 AS d_received
-    FROM workloads WHERE funded
+    SELECT run, team, funded, submitted_at AS t, gpus AS d_demand, 0 AS d_received
+    FROM workloads
     UNION ALL
-    SELECT run, team, ended_at, -gpus, 0 FROM workloads WHERE funded AND ended_at IS NOT NULL
+    SELECT run, team, funded, ended_at, -gpus, 0 FROM workloads WHERE ended_at IS NOT NULL
     UNION ALL
-    SELECT run, team, start_at, 0, gpus FROM runs WHERE funded
+    SELECT run, team, funded, start_at, 0, gpus FROM runs
     UNION ALL
-    SELECT run, team, stop_at, 0, -gpus FROM runs WHERE funded AND stop_reason <> 'open'
+    SELECT run, team, funded, stop_at, 0, -gpus FROM runs WHERE stop_reason <> 'open'
 ),
 per_hour AS (
     SELECT d.run, d.team, hour_of(d.t) AS hour,
-           sum(d.d_demand) AS step_demand,
-           sum(d.d_received) AS step_received,
-           sum(d.d_demand * (least(hour_of(d.t) + 3600, s.end_t) - d.t)) AS tail_demand,
-           sum(d.d_received * (least(hour_of(d.t) + 3600, s.end_t) - d.t)) AS tail_received
+           sum(d.d_demand) FILTER (WHERE d.funded) AS step_demand,
+           sum(d.d_received) FILTER (WHERE d.funded) AS step_received,
+           sum(d.d_demand * (least(hour_of(d.t) + 3600, s.end_t) - d.t)) FILTER (WHERE d.funded)
+               AS tail_demand,
+           sum(d.d_received * (least(hour_of(d.t) + 3600, s.end_t) - d.t)) FILTER (WHERE d.funded)
+               AS tail_received,
+           sum(d.d_demand) AS step_demand_all,
+           sum(d.d_received) AS step_received_all,
+           sum(d.d_demand * (least(hour_of(d.t) + 3600, s.end_t) - d.t)) AS tail_demand_all,
+           sum(d.d_received * (least(hour_of(d.t) + 3600, s.end_t) - d.t)) AS tail_received_all
     FROM deltas AS d JOIN log_span AS s USING (run)
     GROUP BY d.run, d.team, hour_of(d.t)
 ),
 grid AS (
     SELECT h.run, k.team, h.hour, h.hour_s, p.step_demand, p.step_received,
-           p.tail_demand, p.tail_received
+           p.tail_demand, p.tail_received, p.step_demand_all, p.step_received_all,
+           p.tail_demand_all, p.tail_received_all
     FROM (SELECT DISTINCT run, team FROM per_hour) AS k
     JOIN hours AS h USING (run)
     LEFT JOIN per_hour AS p ON p.run = h.run AND p.team = k.team AND p.hour = h.hour
@@ -209,6 +222,10 @@ SELECT run, team, hour,
        (coalesce(sum(step_demand) OVER before, 0) * hour_s + coalesce(tail_demand, 0)) / 3600.0
            AS demand_gpu_h,
        (coalesce(sum(step_received) OVER before, 0) * hour_s + coalesce(tail_received, 0)) / 3600.0
-           AS received_gpu_h
+           AS received_gpu_h,
+       (coalesce(sum(step_demand_all) OVER before, 0) * hour_s + coalesce(tail_demand_all, 0)) / 3600.0
+           AS demand_all_gpu_h,
+       (coalesce(sum(step_received_all) OVER before, 0) * hour_s + coalesce(tail_received_all, 0))
+           / 3600.0 AS received_all_gpu_h
 FROM grid
 WINDOW before AS (PARTITION BY run, team ORDER BY hour ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING);

@@ -210,6 +210,27 @@ HAVING count(*) FILTER (WHERE type = 'host.faulted') > 0;
 -- @derived ----------------------------------------------------------------------------------
 -- The derived_* tables exist from here on (see audit/sql/derive.sql).
 
+-- The warm-up -----------------------------------------------------------------------------
+
+-- Every run starts cold: empty usage windows, an empty queue. The figures leave
+-- out its first `warmup_s` seconds: by default one lookback window (the
+-- policy's `window_s`), or the value of the SQL variable `allot_warmup_s`
+-- (`SET VARIABLE allot_warmup_s = 0` keeps everything; `allot audit report
+-- --warmup-s`, `summary(..., warmup_s=)` set it). The measured part starts at
+-- `measured_from`: the first whole hour at or after start + warmup_s (so
+-- hourly figures split cleanly), or the log's start when warmup_s is 0.
+CREATE OR REPLACE VIEW warmup AS
+WITH w AS (
+    SELECT s.run, s.start_t, s.end_t,
+           coalesce(getvariable('allot_warmup_s')::BIGINT, p.window_s) AS warmup_s
+    FROM log_span AS s JOIN policy AS p USING (run)
+)
+SELECT run, warmup_s,
+       CASE WHEN warmup_s <= 0 THEN start_t ELSE hour_of(start_t + warmup_s + 3599) END AS measured_from,
+       greatest(end_t - CASE WHEN warmup_s <= 0 THEN start_t
+                             ELSE hour_of(start_t + warmup_s + 3599) END, 0) AS measured_s
+FROM w;
+
 -- Workloads ------------------------------------------------------------------------------
 
 -- One row per accepted submission. A repeated identical submission (ignored by
@@ -252,43 +273,94 @@ FROM (SELECT *, unnest(placement) AS slot FROM runs);
 
 -- Per workload: the first queue wait, and the wait after each requeue
 -- (preempted with requeued -> next start; NULL when it never restarted).
--- Stored per run in derived_workloads (plain definition: plain.sql).
+-- A workload that never started has no first wait (first_wait_s NULL) but has
+-- waited at least until the end of the log: wait_s is that censored value
+-- (end of log - submission) and `censored` says so. `in_warmup`: submitted
+-- before the warm-up ended. Stored per run in derived_workloads (plain
+-- definition: plain.sql); wait_s, censored and in_warmup are computed here.
 CREATE OR REPLACE VIEW waits AS
-SELECT run, workload, kind, gpus, hosts, funded, team, budget, submitted_at, first_started_at,
-       first_wait_s, requeue_waits
-FROM derived_workloads;
+SELECT w.run, w.workload, w.kind, w.gpus, w.hosts, w.funded, w.team, w.budget, w.submitted_at,
+       w.first_started_at, w.first_wait_s, w.requeue_waits,
+       coalesce(w.first_wait_s, s.end_t - w.submitted_at) AS wait_s,
+       w.first_wait_s IS NULL AS censored,
+       w.submitted_at < u.measured_from AS in_warmup
+FROM derived_workloads AS w
+JOIN log_span AS s USING (run)
+JOIN warmup AS u USING (run);
 
--- First-wait percentiles per kind and over all kinds ('all'); workloads that
--- never started are counted (never_started) but have no wait to rank. (Read
--- from `workloads`, which carries the same first_wait_s, so the percentiles do
--- not pay for the requeue lists.)
+-- First-wait percentiles per kind and over all kinds ('all'), over the
+-- workloads submitted after the warm-up (warm-up aware). A workload that never
+-- started counts with its censored wait (end of log - submission, a lower
+-- bound): p50, p90, p99, mean and max are over every workload, and a
+-- `*_censored` flag says the figure is only a lower bound because it depends
+-- on a censored wait (a quantile is exact when it stays the same with every
+-- censored wait made infinitely long). The old figures, over the workloads
+-- that started only, keep their own names: p50_started ... max_started.
 CREATE OR REPLACE VIEW wait_percentiles AS
 SELECT run,
        CASE WHEN grouping(kind) = 1 THEN 'all' ELSE kind END AS kind,
        count(*) AS n,
        count(first_wait_s) AS started,
        count(*) - count(first_wait_s) AS never_started,
-       quantile_cont(first_wait_s, 0.5) AS p50,
-       quantile_cont(first_wait_s, 0.9) AS p90,
-       quantile_cont(first_wait_s, 0.99) AS p99,
-       avg(first_wait_s) AS mean,
-       max(first_wait_s) AS max
-FROM workloads
+       quantile_cont(wait_s, 0.5) AS p50,
+       quantile_cont(wait_s, 0.9) AS p90,
+       quantile_cont(wait_s, 0.99) AS p99,
+       avg(wait_s) AS mean,
+       max(wait_s) AS max,
+       quantile_cont(wait_s, 0.5) IS DISTINCT FROM quantile_cont(capped, 0.5) AS p50_censored,
+       quantile_cont(wait_s, 0.9) IS DISTINCT FROM quantile_cont(capped, 0.9) AS p90_censored,
+       quantile_cont(wait_s, 0.99) IS DISTINCT FROM quantile_cont(capped, 0.99) AS p99_censored,
+       coalesce(bool_or(censored), false) AS mean_censored,
+       coalesce(max(wait_s) FILTER (WHERE censored)
+                >= coalesce(max(wait_s) FILTER (WHERE NOT censored), -1), false) AS max_censored,
+       quantile_cont(first_wait_s, 0.5) AS p50_started,
+       quantile_cont(first_wait_s, 0.9) AS p90_started,
+       quantile_cont(first_wait_s, 0.99) AS p99_started,
+       avg(first_wait_s) AS mean_started,
+       max(first_wait_s) AS max_started
+FROM (SELECT *, CASE WHEN censored THEN 1e18 ELSE wait_s END AS capped FROM waits WHERE NOT in_warmup)
 GROUP BY GROUPING SETS ((run, kind), (run));
+
+-- The largest gangs: per run, every funded workload of the largest GPU count
+-- submitted after the warm-up (warm-up aware), started or not. Waits are
+-- first waits, censored ones included as in wait_percentiles; `started` and
+-- `never_started` say how many of them ever ran. max_wait_started_s is the
+-- old figure, over the ones that started only.
+CREATE OR REPLACE VIEW largest_gang_waits AS
+WITH measured AS (
+    SELECT *, CASE WHEN censored THEN 1e18 ELSE wait_s END AS capped
+    FROM waits WHERE funded AND NOT in_warmup
+),
+largest AS (SELECT run, max(gpus) AS gpus FROM measured GROUP BY run)
+SELECT run, gpus,
+       any_value(hosts) AS hosts,
+       count(*) AS workloads,
+       count(first_wait_s) AS started,
+       count(*) - count(first_wait_s) AS never_started,
+       max(wait_s) AS max_wait_s,
+       coalesce(max(wait_s) FILTER (WHERE censored)
+                >= coalesce(max(wait_s) FILTER (WHERE NOT censored), -1), false) AS max_wait_censored,
+       quantile_cont(wait_s, 0.5) AS p50_wait_s,
+       quantile_cont(wait_s, 0.5) IS DISTINCT FROM quantile_cont(capped, 0.5) AS p50_wait_censored,
+       max(first_wait_s) AS max_wait_started_s
+FROM measured JOIN largest USING (run, gpus)
+GROUP BY run, gpus;
 
 -- Preemptions --------------------------------------------------------------------------
 
 -- Per reason: how many runs were preempted, how many went back to the queue,
 -- and the GPU-hours of work lost (whole run x GPUs for victims that were not
--- requeued; a requeued victim resumes, so it loses nothing here).
+-- requeued; a requeued victim resumes, so it loses nothing here). Warm-up
+-- aware: only preemptions at or after the warm-up's end count.
 CREATE OR REPLACE VIEW preemptions AS
-SELECT run, preempt_reason AS reason,
+SELECT r.run, r.preempt_reason AS reason,
        count(*) AS count,
-       count(*) FILTER (WHERE requeued) AS requeued,
-       coalesce(sum(CASE WHEN requeued THEN 0 ELSE gpus * duration_s END), 0) / 3600.0 AS gpu_hours_lost
-FROM runs
-WHERE stop_reason = 'preempted'
-GROUP BY run, preempt_reason;
+       count(*) FILTER (WHERE r.requeued) AS requeued,
+       coalesce(sum(CASE WHEN r.requeued THEN 0 ELSE r.gpus * r.duration_s END), 0) / 3600.0
+           AS gpu_hours_lost
+FROM runs AS r JOIN warmup AS u USING (run)
+WHERE r.stop_reason = 'preempted' AND r.stop_at >= u.measured_from
+GROUP BY r.run, r.preempt_reason;
 
 -- Hosts ---------------------------------------------------------------------------------
 
@@ -338,9 +410,12 @@ SELECT run, hour, total_gpu_h, allocated_gpu_h, unallocated_gpu_h, unavailable_g
 FROM derived_cluster_hours;
 
 -- Capacity per hour: hosts present, and how their GPU-hours were used.
--- total_gpus is the time-weighted mean number of GPUs present in the (clipped) hour.
+-- total_gpus is the time-weighted mean number of GPUs present in the (clipped)
+-- hour. Every hour is listed; `in_warmup` marks those before the warm-up's end
+-- (this and the other hourly views are not warm-up aware: they keep the whole
+-- run and say which hours the figures leave out).
 CREATE OR REPLACE VIEW capacity_by_hour AS
-SELECT h.run, h.hour, h.hour_s,
+SELECT h.run, h.hour, h.hour_s, h.hour_start < u.measured_from AS in_warmup,
        coalesce(c.total_gpu_h, 0) / (h.hour_s / 3600.0) AS total_gpus,
        coalesce(c.total_gpu_h, 0) AS total_gpu_h,
        coalesce(c.unavailable_gpu_h, 0) AS unavailable_gpu_h,
@@ -349,24 +424,94 @@ SELECT h.run, h.hour, h.hour_s,
        coalesce(c.total_gpu_h - c.allocated_gpu_h - c.unallocated_gpu_h - c.unavailable_gpu_h, 0)
            AS idle_gpu_h
 FROM hours AS h
+JOIN warmup AS u USING (run)
 LEFT JOIN cluster_hours AS c USING (run, hour);
 
 -- Occupancy per hour: busy GPU-hours over the GPU-hours that could be used.
 CREATE OR REPLACE VIEW occupancy_by_hour AS
-SELECT run, hour, hour_s, total_gpu_h, allocated_gpu_h, unallocated_gpu_h, idle_gpu_h,
+SELECT run, hour, hour_s, in_warmup, total_gpu_h, allocated_gpu_h, unallocated_gpu_h, idle_gpu_h,
        unavailable_gpu_h,
        (allocated_gpu_h + unallocated_gpu_h) / nullif(total_gpu_h - unavailable_gpu_h, 0) AS occupancy
 FROM capacity_by_hour;
 
 -- Fragmentation per hour, exact from change points: the share of free GPU-hours
 -- on healthy hosts that sat on partly-free hosts. NULL when nothing was free.
+-- (The old fragmentation figure; stranded_by_hour is the one the report leads with.)
 CREATE OR REPLACE VIEW fragmentation_by_hour AS
-SELECT h.run, h.hour, h.hour_s,
+SELECT h.run, h.hour, h.hour_s, h.hour_start < u.measured_from AS in_warmup,
        coalesce(c.free_gpu_h, 0) AS free_gpu_h,
        coalesce(c.fragmented_gpu_h, 0) AS fragmented_gpu_h,
        c.fragmented_gpu_h / nullif(c.free_gpu_h, 0) AS fragmentation
 FROM hours AS h
+JOIN warmup AS u USING (run)
 LEFT JOIN cluster_hours AS c USING (run, hour);
+
+-- Stranded GPUs per hour, exact from change points, over capacity. A GPU is
+-- stranded while it is free on a healthy host that is only partly free (some
+-- of its GPUs are held) AND at least one workload that needs whole hosts
+-- (gpus >= hosts x policy.host_gpus) is waiting: submitted, not running, not
+-- ended. Such GPUs are capacity that the waiting whole-host work cannot use,
+-- in the wrong place rather than missing. stranded_share = stranded GPU-hours
+-- / capacity GPU-hours (all GPUs present), so it is GPU-weighted and reads as
+-- "this much of the cluster was stranded". Not counted: wholly free hosts
+-- (a waiting gang can use them once enough are free), and faulty hosts' free
+-- GPUs (unavailable). Whether some small waiting workload could have used the
+-- stranded GPUs is not checked: both schedulers start any waiting workload
+-- that fits in free GPUs at their next cycle, so such moments are short.
+CREATE OR REPLACE VIEW stranded_by_hour AS
+WITH partly_free AS (
+    SELECT run, start_t, stop_t, present_gpus - allocated_gpus - unallocated_gpus AS free_gpus
+    FROM host_intervals
+    WHERE NOT faulty AND allocated_gpus + unallocated_gpus > 0
+      AND present_gpus - allocated_gpus - unallocated_gpus > 0
+),
+whole_host AS (
+    SELECT w.run, w.workload, w.submitted_at, w.ended_at
+    FROM workloads AS w JOIN policy AS p USING (run)
+    WHERE w.gpus >= w.hosts * p.host_gpus
+),
+-- +n/-n changes of two cluster-wide step functions: free GPUs on partly free
+-- healthy hosts, and whole-host workloads waiting (in demand minus running).
+changes AS (
+    SELECT run, start_t AS t, free_gpus AS d_free, 0 AS d_waiting FROM partly_free
+    UNION ALL
+    SELECT run, stop_t, -free_gpus, 0 FROM partly_free
+    UNION ALL
+    SELECT run, submitted_at, 0, 1 FROM whole_host
+    UNION ALL
+    SELECT run, ended_at, 0, -1 FROM whole_host WHERE ended_at IS NOT NULL
+    UNION ALL
+    SELECT r.run, r.start_at, 0, -1 FROM runs AS r SEMI JOIN whole_host AS w USING (run, workload)
+    UNION ALL
+    SELECT r.run, r.stop_at, 0, 1 FROM runs AS r SEMI JOIN whole_host AS w USING (run, workload)
+    WHERE r.stop_reason <> 'open'
+),
+levels AS (
+    SELECT run, t,
+           lead(t) OVER w AS next_t,
+           sum(d_free) OVER w AS free_gpus,
+           sum(d_waiting) OVER w AS waiting
+    FROM (SELECT run, t, sum(d_free) AS d_free, sum(d_waiting) AS d_waiting
+          FROM changes GROUP BY run, t)
+    WINDOW w AS (PARTITION BY run ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+),
+split AS (
+    SELECT run, t, next_t, free_gpus, unnest(range(hour_of(t), next_t, 3600)) AS hour
+    FROM levels
+    WHERE waiting > 0 AND free_gpus > 0 AND next_t > t
+),
+per_hour AS (
+    SELECT run, hour,
+           sum(free_gpus * (least(next_t, hour + 3600) - greatest(t, hour))) / 3600.0 AS stranded_gpu_h
+    FROM split
+    GROUP BY run, hour
+)
+SELECT c.run, c.hour, c.hour_s, c.in_warmup,
+       c.total_gpu_h AS capacity_gpu_h,
+       coalesce(s.stranded_gpu_h, 0) AS stranded_gpu_h,
+       coalesce(s.stranded_gpu_h, 0) / nullif(c.total_gpu_h, 0) AS stranded_share
+FROM capacity_by_hour AS c
+LEFT JOIN per_hour AS s USING (run, hour);
 
 -- Usage per budget node -------------------------------------------------------------------
 
@@ -423,7 +568,8 @@ LEFT JOIN node_hours AS u ON u.run = h.run AND u.node = n.node AND u.hour = h.ho
 
 -- Per team and hour, GPU-hours of FUNDED workloads (min_runtime_s > 0,
 -- whatever the policy): demand = pending or running (submission to end; a
--- requeue keeps it in demand), received = running.
+-- requeue keeps it in demand), received = running; and the same over ALL of
+-- the team's workloads, funded or not (demand_all_gpu_h, received_all_gpu_h).
 --
 -- Integrated by hour from the changes alone, without ordering them: within an
 -- hour [hs, he), the level is the level at hs (the sum of all earlier changes)
@@ -431,32 +577,43 @@ LEFT JOIN node_hours AS u ON u.run = h.run AND u.node = n.node AND u.hour = h.ho
 -- sums need a running total, not the changes themselves. Stored per run in
 -- derived_team_demand_by_hour (plain definition: plain.sql).
 CREATE OR REPLACE VIEW team_demand_by_hour AS
-SELECT run, team, hour, demand_gpu_h, received_gpu_h
+SELECT run, team, hour, demand_gpu_h, received_gpu_h, demand_all_gpu_h, received_all_gpu_h
 FROM derived_team_demand_by_hour;
 
 -- The lab's definition, hour by hour: entitled = team fraction x GPUs present;
 -- owed = least(entitled, demand); received_capped = least(received, owed).
+-- The same over all of the team's work, funded or not: owed_all_gpu_h =
+-- least(entitled, demand_all), received_all_capped = least(received_all,
+-- owed_all). Every hour is listed; in_warmup marks the ones the totals leave out.
 CREATE OR REPLACE VIEW owed_received AS
 WITH base AS (
-    SELECT tm.run, tm.team, h.hour, h.hour_s,
+    SELECT tm.run, tm.team, h.hour, h.hour_s, c.in_warmup,
            coalesce(e.fraction, 0) AS fraction,
            c.total_gpus,
            coalesce(e.fraction, 0) * c.total_gpu_h AS entitled_gpu_h,
            coalesce(d.demand_gpu_h, 0) AS demand_gpu_h,
-           coalesce(d.received_gpu_h, 0) AS received_gpu_h
+           coalesce(d.received_gpu_h, 0) AS received_gpu_h,
+           coalesce(d.demand_all_gpu_h, 0) AS demand_all_gpu_h,
+           coalesce(d.received_all_gpu_h, 0) AS received_all_gpu_h
     FROM teams AS tm
     JOIN hours AS h USING (run)
     JOIN capacity_by_hour AS c ON c.run = h.run AND c.hour = h.hour
     LEFT JOIN entitlement_by_hour AS e ON e.run = h.run AND e.node = tm.team AND e.hour = h.hour
     LEFT JOIN team_demand_by_hour AS d ON d.run = h.run AND d.team = tm.team AND d.hour = h.hour
 )
-SELECT run, team, hour, hour_s, fraction, total_gpus, entitled_gpu_h, demand_gpu_h,
+SELECT run, team, hour, hour_s, in_warmup, fraction, total_gpus, entitled_gpu_h, demand_gpu_h,
        least(entitled_gpu_h, demand_gpu_h) AS owed_gpu_h,
        received_gpu_h,
-       least(received_gpu_h, least(entitled_gpu_h, demand_gpu_h)) AS received_capped
+       least(received_gpu_h, least(entitled_gpu_h, demand_gpu_h)) AS received_capped,
+       demand_all_gpu_h,
+       least(entitled_gpu_h, demand_all_gpu_h) AS owed_all_gpu_h,
+       received_all_gpu_h,
+       least(received_all_gpu_h, least(entitled_gpu_h, demand_all_gpu_h)) AS received_all_capped
 FROM base;
 
--- Per team over the whole run: ratio = received_capped / owed (NULL if nothing was owed).
+-- Per team over the hours after the warm-up (warm-up aware): ratio =
+-- received_capped / owed (NULL if nothing was owed), over funded work; ratio_all
+-- the same over all of the team's work.
 CREATE OR REPLACE VIEW owed_received_by_team AS
 SELECT run, team,
        sum(entitled_gpu_h) AS entitled_gpu_h,
@@ -464,6 +621,12 @@ SELECT run, team,
        sum(owed_gpu_h) AS owed_gpu_h,
        sum(received_gpu_h) AS received_gpu_h,
        sum(received_capped) AS received_capped,
-       sum(received_capped) / nullif(sum(owed_gpu_h), 0) AS ratio
+       sum(received_capped) / nullif(sum(owed_gpu_h), 0) AS ratio,
+       sum(demand_all_gpu_h) AS demand_all_gpu_h,
+       sum(owed_all_gpu_h) AS owed_all_gpu_h,
+       sum(received_all_gpu_h) AS received_all_gpu_h,
+       sum(received_all_capped) AS received_all_capped,
+       sum(received_all_capped) / nullif(sum(owed_all_gpu_h), 0) AS ratio_all
 FROM owed_received
+WHERE NOT in_warmup
 GROUP BY run, team;

@@ -1,0 +1,118 @@
+"""Benchmark: this tree against another checkout, side by side, in the same run.
+
+A speed figure on a shared machine means little alone; a ratio against a
+baseline measured in the same minutes does. This script measures the same
+things in two source trees (this one, and BEFORE, a checkout of the commit to
+compare with, e.g. ``git worktree add --detach /tmp/before main``), round by
+round, alternating which tree goes first, each measurement in a fresh
+subprocess whose imports resolve to that tree. The measuring code is this
+tree's (``bench_core.build`` / ``steady_cycles``, the shipped ai2-month
+scenario), so both trees run exactly the same workload.
+
+Figures per round: decide() on the bench_core state (burst: median of
+``--repeat`` runs; steady: median over 200 successive cycles), and, unless
+``--skip-sim``, the ai2-month simulation under the allot policy. Times are the
+process's CPU time by default (``--clock wall`` for wall time): on a machine
+shared with other work, CPU time moves far less with the load. Do not edit
+either tree while it runs. Printed: each round, then the medians and the
+after/before ratios.
+
+Usage: python -m benchmarks.bench_compare BEFORE [--rounds N] [--repeat N] [--skip-sim]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.common import machine
+
+HERE = Path(__file__).resolve().parent.parent
+
+CORE = """
+import importlib.util, json, statistics, time, types
+clock = time.{clock}
+spec = importlib.util.spec_from_file_location("bench_core_here", {bench!r})
+bc = importlib.util.module_from_spec(spec); spec.loader.exec_module(bc)
+bc.time = types.SimpleNamespace(perf_counter=clock)  # steady_cycles times with our clock
+from scheduler import decide
+eng, _ = bc.build()
+st = eng.state
+for _ in range(2):
+    decide(st, "bench")
+times = []
+for _ in range({repeat}):
+    t0 = clock(); decide(st, "bench"); times.append(clock() - t0)
+steady, _ = bc.steady_cycles(eng)
+print(json.dumps({{"burst_ms": statistics.median(times) * 1e3, "steady_ms": steady * 1e3}}))
+"""
+
+SIM = """
+import json, time, types
+import simulator.driver as driver
+driver.time = types.SimpleNamespace(perf_counter=time.{clock})  # wall_seconds on our clock
+from pathlib import Path
+from simulator.scenario import load_scenario
+path = Path({scenario!r})
+sc = load_scenario(path)
+src = driver.load_sources(sc, path.parent)
+r = driver.Simulation(sc, "allot", path.parent, src).run()
+print(json.dumps({{"ai2_s": r.wall_seconds, "ai2_events": len(r.log)}}))
+"""
+
+
+def _measure(tree: Path, code: str) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, check=True,
+                         capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("before", type=Path, help="a checkout of the commit to compare with")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds, alternating the order")
+    ap.add_argument("--repeat", type=int, default=50, help="burst decide() runs per round")
+    ap.add_argument("--skip-sim", action="store_true", help="skip the ai2-month simulation")
+    ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                    help="process CPU time (default: steadier on a shared machine) or wall time")
+    args = ap.parse_args(argv)
+    before = args.before.resolve()
+    trees = {"before": before, "after": HERE}
+    clock = "process_time" if args.clock == "cpu" else "perf_counter"
+    core = CORE.format(bench=str(HERE / "benchmarks" / "bench_core.py"), repeat=args.repeat,
+                       clock=clock)
+    sim = SIM.format(scenario=str(HERE / "scenarios" / "ai2-month.toml"), clock=clock)
+    print(f"machine: {machine()}")
+    print(f"before: {before}\nafter:  {HERE}\nclock: {args.clock}")
+    results: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    for r in range(args.rounds):
+        order = ("before", "after") if r % 2 == 0 else ("after", "before")
+        for name in order:
+            fig = _measure(trees[name], core)
+            if not args.skip_sim:
+                fig.update(_measure(trees[name], sim))
+            results[name].append(fig)
+            print(f"round {r + 1} {name:6s}: " + ", ".join(f"{k} {v:,.2f}" for k, v in fig.items()),
+                  flush=True)
+    # Noise on a shared machine only ever adds time, and drifts with the load: so
+    # besides the medians, the ratio of the minima, and the median of the ratios
+    # of the two measurements of each round (taken minutes apart, in turn).
+    print("after / before:       median before    median after   ratio   min ratio   paired ratio")
+    for key in results["after"][0]:
+        bs = [f[key] for f in results["before"]]
+        as_ = [f[key] for f in results["after"]]
+        b, a = statistics.median(bs), statistics.median(as_)
+        paired = statistics.median(x / y for x, y in zip(as_, bs, strict=True))
+        print(f"  {key:12s} {b:16,.3f} {a:15,.3f} {a / b:7.3f} {min(as_) / min(bs):11.3f} "
+              f"{paired:14.3f}")
+
+
+if __name__ == "__main__":
+    main()

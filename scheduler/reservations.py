@@ -1,0 +1,215 @@
+"""Reservations: hosts held for blocked workloads that need whole hosts, so they cannot starve.
+
+Minimum-runtime protection fragments capacity: with small work arriving all
+the time, some GPU of every host is always protected, and a workload needing
+whole hosts (one 8-GPU host, or a gang of them) would never see them free at
+once. So the best-ranked such blocked workload *reserves* the hosts where the
+work it may take (``scheduler.rules``) stops being protected soonest
+(``workload.reserved``: hosts and ``until``).
+
+- **Backfill only.** Until ``until`` other work may start on reserved hosts only
+  if its own protection ends by then.
+- **Sticky.** At ``until`` the holder is served before anything else in the
+  cycle and takes its hosts back: the backfill, and the other leaves' work it
+  was granted the hosts on, whatever fair share says by then (reason
+  ``reservation``). Nothing admitted earlier in the cycle can take them first.
+- **Disjoint.** A host is held for one workload at most; planning skips hosts
+  held for others.
+- **One per size class.** A slot serving the largest gangs cannot also serve
+  single 8-GPU jobs, so slots are per size class (hosts needed: 1, 2-3, 4-7,
+  8-15, ...), ``policy.reservations`` each (0 turns reservations off).
+- **Not a trap.** The holder keeps competing normally: it starts at once if it
+  fits, or can preempt its way in, elsewhere; its reservation then lapses.
+- **Lazy.** A reservation is worked out in the cycle where some later workload
+  would otherwise place work or preempt, because only then does it change an
+  outcome; so the event appears when the reservation first matters.
+
+**The bound.** A whole-host workload reserved at ``t`` starts by its ``until``,
+which is at most ``t + min_runtime_cap_s`` (every protection it waits for
+began at or before ``t`` and lasts at most the cap; later work there is
+backfill). A blocked workload that ranks first among the blocked workloads of
+its size class gets its class's slot as soon as one is free, so it waits for at
+most the holder ahead of it to start (itself reserved, so at most one cap) and
+then one cap of its own: it starts within ``2 x min_runtime_cap_s`` plus the
+time until its allocation may take the work on enough hosts (fair share), and
+within one cap while a slot of its class is free. Void reservations (a reserved
+host left service, or the holder was cancelled) are replanned.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from scheduler.placement import NEVER
+
+if TYPE_CHECKING:
+    from collections.abc import Container
+
+    from projections.cluster import Host
+    from projections.workloads import Workload
+    from scheduler.placement import Capacity
+    from scheduler.rules import Rule
+    from scheduler.state import State
+
+# Due holds admit nobody but their holder: no ``ends_by`` is at or before this.
+_SEALED = -1
+
+
+class Reservation(msgspec.Struct, frozen=True):
+    """Hosts held for a blocked workload until the protection there ends."""
+
+    workload: str
+    hosts: tuple[str, ...]
+    until: int
+    since: int  # when it was made: work started later is backfill
+
+
+def size_class(hosts: int) -> int:
+    """A workload's reservation class by hosts needed: 1, 2-3, 4-7, 8-15, ... -> 1, 2, 3, 4, ..."""
+    return hosts.bit_length()
+
+
+Frees = dict[str, list[tuple[int, int, str, "Workload"]]]
+
+
+def host_frees(hosts: dict[str, Host], running: dict[str, Workload], now: int) -> Frees:
+    """Per host, when each running workload there could stop being protected, soonest first.
+
+    (time, GPUs there, id, workload): unallocated work at once, allocated work at
+    its protection end; work protected until it ends (no ``protected_until``) is
+    left out. One cycle's reservation planning shares it across candidates.
+    """
+    out: Frees = {}
+    for name, h in hosts.items():
+        frees = []
+        for wid, gpus in h.workloads.items():
+            other = running.get(wid)
+            if other is None:
+                continue
+            if not other.allocated:
+                frees.append((now, gpus, wid, other))
+            elif other.protected_until is not None:
+                frees.append((max(now, other.protected_until), gpus, wid, other))
+        frees.sort(key=_first_three)
+        out[name] = frees
+    return out
+
+
+def _first_three(item: tuple[int, int, str, Workload]) -> tuple[int, int, str]:
+    return item[0], item[1], item[2]
+
+
+def ready_times(w: Workload, capacity: Capacity, frees: Frees, rule: Rule,
+                gone: Container[str], now: int) -> dict[str, int]:
+    """Per healthy host not held for another workload, when ``w`` could have its GPUs there.
+
+    Work ``w`` may take (``rule``) counts as gone when its protection ends; other
+    work never (its end is unknown to the scheduler). Work started in this cycle
+    is protected and not ``w``'s to take (and not in ``frees``, built from the
+    state); work stopped in it is gone already.
+    """
+    need = w.gpus_per_host
+    wid_self = w.id
+    reserved = capacity.reserved
+    out: dict[str, int] = {}
+    for name, free in capacity.free.items():
+        if reserved:
+            held = reserved.get(name)
+            if held is not None and held[1] != wid_self:
+                continue  # reservations are disjoint
+        if free >= need:
+            out[name] = now
+            continue
+        got = free
+        for t, g, wid, other in frees.get(name, ()):
+            if wid in gone or rule(other) is None:
+                continue
+            got += g
+            if got >= need:
+                out[name] = t
+                break
+    return out
+
+
+class Book:
+    """The reservations one cycle works with: loaded from the state, held, planned, consumed."""
+
+    __slots__ = ("capacity", "due", "noted", "now", "per_class", "standing", "used")
+
+    def __init__(self, state: State, capacity: Capacity) -> None:
+        self.capacity = capacity
+        self.now = state.now
+        self.per_class = state.policy.reservations
+        self.standing: dict[str, Reservation] = {}  # held until ``until``, backfill only
+        self.due: dict[str, Reservation] = {}       # reached ``until``: the holder goes first
+        self.used: dict[int, int] = {}              # size class -> slots taken (standing or noted)
+        self.noted: dict[str, int] = {}             # noted for a reservation this cycle -> class
+        workloads = state.workloads.all
+        # Earliest first, so that if a log from before reservations were disjoint
+        # holds two on one host, the one due sooner keeps it and the other is void.
+        for wid, (hosts, until, since) in sorted(state.reservations.items(),
+                                                 key=lambda kv: (kv[1][1], kv[0])):
+            w = workloads.get(wid)
+            if w is None or w.status != "pending":
+                continue
+            if any(h not in capacity.free or capacity.holder(h) is not None for h in hosts):
+                continue  # a host left service (or is held already): void, replanned if needed
+            r = Reservation(wid, hosts, until, since)
+            if until <= self.now:
+                self.due[wid] = r
+                for h in hosts:
+                    capacity.reserve(h, _SEALED, wid)
+            else:
+                self.standing[wid] = r
+                cls = size_class(w.hosts)
+                self.used[cls] = self.used.get(cls, 0) + 1
+                for h in hosts:
+                    capacity.reserve(h, until, wid)
+
+    def holds(self, wid: str) -> Reservation | None:
+        """The standing reservation of ``wid``, if any."""
+        return self.standing.get(wid)
+
+    def slot_free(self, hosts: int) -> bool:
+        """Is a reservation slot of this size class still free (for a workload not holding one)?"""
+        return self.used.get(size_class(hosts), 0) < self.per_class
+
+    def note(self, w: Workload) -> bool:
+        """Take a slot of ``w``'s class for it (the plan is worked out later); False if none is free."""
+        if w.id in self.standing or w.id in self.noted or not self.slot_free(w.hosts):
+            return False
+        cls = size_class(w.hosts)
+        self.used[cls] = self.used.get(cls, 0) + 1
+        self.noted[w.id] = cls
+        return True
+
+    def plan(self, w: Workload, ready: dict[str, int]) -> Reservation | None:
+        """Reserve for noted ``w`` the hosts that give it its GPUs soonest; None if never (slot back)."""
+        cls = self.noted.pop(w.id)
+        finite = sorted((t, h) for h, t in ready.items() if t < NEVER)
+        r = None
+        if len(finite) >= w.hosts:
+            chosen = finite[: w.hosts]
+            until = max(t for t, _ in chosen)
+            if until > self.now:  # (placeable now: only this cycle's search budget stopped it)
+                r = Reservation(w.id, tuple(sorted(h for _, h in chosen)), until, self.now)
+        if r is None:
+            self.used[cls] -= 1
+            return None
+        for h in r.hosts:
+            self.capacity.reserve(h, r.until, w.id)
+        self.standing[w.id] = r
+        return r
+
+    def release(self, w: Workload) -> None:
+        """``w`` started (or its due reservation is over): its hosts and its slot are free again."""
+        r = self.standing.pop(w.id, None)
+        if r is not None:
+            self.used[size_class(w.hosts)] -= 1
+        else:
+            r = self.due.pop(w.id, None)
+        if r is not None:
+            for h in r.hosts:
+                self.capacity.release(h, w.id)

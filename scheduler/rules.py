@@ -1,0 +1,137 @@
+"""Who may take whom: the preemption rules of both policies, written once.
+
+A *rule* answers, for one candidate workload and one running workload past
+its protection, whether the candidate may take the other's GPUs, and why (the
+preemption reason on the log), or ``None``. Protection itself is not the
+rule's business: only unprotected work is ever offered to it as a victim, and
+the reservation planner asks it about work that will be unprotected later.
+
+The budget policy (allot) lets a candidate take:
+
+- unallocated work: always (``reclaim_unallocated``);
+- its own leaf's work: only of lower priority (``priority``);
+- another leaf's work: only when, at the level where their paths part, the
+  candidate's side is still strictly less used per share than the victim's
+  side after adding the candidate's own commitment (``fair_share``; Kueue's
+  LessThanOrEqualToFinalShare, made strict, so that the victim cannot take
+  the GPUs straight back);
+- on the hosts of its due reservation, any other leaf's work and any work
+  started after the reservation was made (``reservation``): the reservation
+  was granted on exactly that work, so at ``until`` the holder gets its hosts
+  whatever fair share says by then. Its own leaf's work that predates the
+  reservation keeps the priority rule.
+
+Whatever the reason, allocated work spread over more hosts than the candidate
+uses is never its to take (backfill on a due reservation excepted): stopping
+it would free hosts the candidate does not use and lose all of that gang's
+progress for a smaller gain (a 4-GPU debug job once ended a 128-GPU job with
+28 hours of work). Such a gang yields to gangs at least its size, and to
+reservations, which plan with this same rule.
+
+The same ``BudgetRule`` serves the cycle's victim search, the reservation
+planner (which work frees a host for the candidate, and when) and, through
+the cycle's recorded outcomes, ``allot explain``. ``less_used`` is the one
+fair-share comparison; ``Ranking.may_preempt`` and the cycle's cheap search
+bound both call it.
+
+The lab's old scheduler (the baseline) has its own rule, ``baseline_rule``:
+only preemptible (not opted-out) jobs are victims; a non-preemptible candidate
+takes any of them, a preemptible candidate only those of lower priority.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container
+from typing import TYPE_CHECKING, NamedTuple
+
+from projections.workloads import Workload
+
+if TYPE_CHECKING:
+    from scheduler.ranking import Ranking
+
+RECLAIM_UNALLOCATED = "reclaim_unallocated"
+PRIORITY = "priority"
+FAIR_SHARE = "fair_share"
+RESERVATION = "reservation"
+
+# Given a running workload, the preemption reason when the candidate may take it, else None.
+Rule = Callable[[Workload], str | None]
+
+
+def less_used(use_x: int, share_x: int, use_y: int, share_y: int, commitment: int) -> bool:
+    """Is side x, with ``commitment`` added, strictly less used per share than side y?
+
+    Exact, in integers: ``(use_x + commitment) / share_x < use_y / share_y``. A side
+    with no share is never less used (it is served last); against a side with no
+    share any side with a share is.
+    """
+    if share_x <= 0:
+        return False
+    if share_y <= 0:
+        return True
+    return (use_x + commitment) * share_y < use_y * share_x
+
+
+class Due(NamedTuple):
+    """A reservation that has come due: its hosts, and when it was made."""
+
+    hosts: Container[str]
+    since: int
+
+
+class BudgetRule:
+    """The budget policy's rule for one candidate, in one cycle (see the module docstring).
+
+    The fair-share answer depends only on the victim's leaf, so it is worked out
+    once per leaf. ``commitment`` is the candidate's own (GPUs x minimum runtime).
+    """
+
+    __slots__ = ("_by_leaf", "budget", "commitment", "due", "hosts", "priority", "ranking")
+
+    def __init__(self, ranking: Ranking, candidate: Workload, due: Due | None = None) -> None:
+        self.ranking = ranking
+        self.budget = candidate.budget
+        self.priority = candidate.priority
+        self.hosts = candidate.hosts
+        self.commitment = candidate.gpus * candidate.min_runtime_s
+        self.due = due
+        self._by_leaf: dict[str, bool] = {}
+
+    def fair_share(self, victim_leaf: str) -> bool:
+        """May the candidate take work of ``victim_leaf`` (another leaf) by fair share?"""
+        ok = self._by_leaf.get(victim_leaf)
+        if ok is None:
+            ok = self._by_leaf[victim_leaf] = self.ranking.may_preempt(
+                self.budget, self.commitment, victim_leaf)
+        return ok
+
+    def __call__(self, v: Workload) -> str | None:
+        if not v.allocated:
+            return RECLAIM_UNALLOCATED
+        due = self.due
+        on_due = due is not None and any(h in due.hosts for h, _ in v.placement)
+        if on_due and (v.started_at or 0) >= due.since:  # backfill: taken back at until
+            return RESERVATION
+        if len(v.placement) > self.hosts:
+            return None  # never tear down a gang larger than oneself: it frees hosts unused
+        if v.budget == self.budget:
+            return PRIORITY if v.priority < self.priority else None
+        if self.fair_share(v.budget):
+            return FAIR_SHARE
+        return RESERVATION if on_due else None
+
+
+def baseline_rule(opt_out: bool, priority: int) -> Rule:
+    """The old scheduler's rule for a candidate that runs opted out (``opt_out``) or not.
+
+    Only preemptible jobs (those that did not opt out, ``allocated`` False on the
+    log) are victims. A non-preemptible candidate may take any; a preemptible one
+    only those of strictly lower priority. The reason on the log is ``priority``.
+    """
+
+    def rule(v: Workload) -> str | None:
+        if v.allocated:
+            return None
+        return PRIORITY if opt_out or v.priority < priority else None
+
+    return rule
