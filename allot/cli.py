@@ -51,9 +51,20 @@ def _knob(text: str) -> tuple[str, Any]:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from allot.simulate import POLICIES, run_scenario
+    from allot.simulate import POLICIES, apply_overrides, run_scenario
+    from simulator.scenario import load_scenario
 
     policies = POLICIES if args.policy == "both" else (args.policy,)
+    if args.seeds is not None:
+        from allot.seeds import run_multi_seed
+
+        if args.seeds < 1 or (args.workers is not None and args.workers < 1):
+            raise CliError("--seeds and --workers must be at least 1")
+        scenario = apply_overrides(load_scenario(args.scenario), dict(args.set or []),
+                                   args.horizon_days, args.seed)
+        run_multi_seed(args.scenario, scenario, policies, args.out, args.seeds,
+                       workers=args.workers)
+        return 0
     run_scenario(args.scenario, policies, args.out, plots=not args.no_plots,
                  knobs=dict(args.set or []), horizon_days=args.horizon_days, seed=args.seed)
     return 0
@@ -196,7 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", type=_knob, action="append", metavar="KNOB=VALUE",
                    help="override a policy knob, e.g. --set window_s=259200 (repeatable)")
     p.add_argument("--horizon-days", type=float, help="override the simulated span")
-    p.add_argument("--seed", type=int, help="override the scenario seed")
+    p.add_argument("--seed", type=int, help="override the scenario seed (with --seeds: the first)")
+    p.add_argument("--seeds", type=int, metavar="N",
+                   help="run N seeds (from the scenario's, in parallel processes) and report "
+                        "each figure's mean and 95 %% t-interval; writes OUT/seeds.json, no logs")
+    p.add_argument("--workers", type=int, help="with --seeds: processes (default: one per core)")
     p.set_defaults(func=_simulate)
 
     from audit.cli import register as register_audit

@@ -10,10 +10,12 @@ publish ``workload.cancelled``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
+
+from msgspec import Meta
 
 from events.base import Event, Slot
-from events.limits import Array, Int64, Text
+from events.limits import INT64_MAX, Array, Int64, Text
 
 
 class WorkloadKind:
@@ -45,6 +47,17 @@ class WorkloadSubmitted(Event, kw_only=True, tag="workload.submitted"):
     priority: Int64 = 0
     kind: Text = WorkloadKind.TRAINING
     expected_duration_s: Int64 | None = None
+    # The cost of preempting it (optional; read by the victim cost and the audit).
+    # A resumable workload checkpoints every ``checkpoint_interval_s`` seconds of
+    # run time counted from each start (None: continuously), and a resumed run
+    # spends ``restart_overhead_s`` before it makes progress again. So a
+    # preemption after ``ran`` seconds loses ``ran % checkpoint_interval_s +
+    # restart_overhead_s`` seconds of work if resumable, all ``ran`` if not.
+    checkpoint_interval_s: Annotated[int, Meta(ge=1, le=INT64_MAX)] | None = None
+    restart_overhead_s: Annotated[int, Meta(ge=0, le=INT64_MAX)] = 0
+    # Set on a resubmission: the workload this one re-runs after that one was
+    # preempted without being resumable (so the audit can link the two).
+    resubmit_of: Text | None = None
 
 
 class WorkloadCancelled(Event, kw_only=True, tag="workload.cancelled"):

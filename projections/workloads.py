@@ -24,10 +24,10 @@ class Workload:
     """A workload's contract and where it is in its lifecycle."""
 
     __slots__ = (
-        "allocated", "budget", "expected_duration_s", "gpus", "gpus_per_host", "hosts", "id",
-        "kind", "min_runtime_s", "placement", "preemptions", "priority", "protected_until",
-        "queue_key", "resumable", "runs", "started_at", "status", "submit_event", "submitted_at",
-        "user",
+        "allocated", "budget", "checkpoint_interval_s", "expected_duration_s", "gpus",
+        "gpus_per_host", "hosts", "id", "kind", "min_runtime_s", "placement", "preemptions",
+        "priority", "protected_until", "queue_key", "restart_overhead_s", "resumable", "runs",
+        "started_at", "status", "submit_event", "submitted_at", "user",
     )
 
     def __init__(
@@ -47,6 +47,8 @@ class Workload:
         seq: int,
         submit_event: str,
         expected_duration_s: int | None = None,
+        checkpoint_interval_s: int | None = None,
+        restart_overhead_s: int = 0,
     ) -> None:
         self.id = id
         self.budget = budget
@@ -61,6 +63,9 @@ class Workload:
         self.submitted_at = submitted_at
         self.submit_event = submit_event
         self.expected_duration_s = expected_duration_s
+        # The contract's cost of a preemption (see events.workload.WorkloadSubmitted).
+        self.checkpoint_interval_s = checkpoint_interval_s
+        self.restart_overhead_s = restart_overhead_s
         self.status = PENDING
         self.queue_key = (-priority, submitted_at, seq, id)
         self.allocated = min_runtime_s > 0

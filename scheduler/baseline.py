@@ -5,7 +5,9 @@ Priority scheduling with opt-out preemption, as the brief describes it:
 - Jobs carry LOW/NORMAL/HIGH priority (``priority`` < 0, 0, > 0). HIGH costs
   nothing, so in practice most jobs are HIGH.
 - A job may opt out of preemption, and since opting out costs nothing, every
-  job does so while its team is under its limit: a team may hold at most its
+  job with a minimum runtime does so while its team is under its limit (work
+  asking for none, eval and batch, runs preemptible, as it is unallocated under
+  allot): a team may hold at most its
   budget share of the cluster in non-preemptible GPUs at once. Over the limit a
   job still runs, as preemptible, on idle GPUs. (allot's contract has no say
   here: the old scheduler did not know minimum runtimes.)
@@ -98,7 +100,9 @@ def decide(state: State, cause: str = "cycle") -> list[Event]:
         team = team_of[w.budget]
         if team not in limits:
             limits[team] = limit(team)
-        opt_out = held.get(team, 0) + w.gpus <= limits[team]
+        # Work that asks for no minimum runtime (eval, batch) runs preemptible,
+        # as it does under allot (unallocated): only contracted work opts out.
+        opt_out = w.allocated and held.get(team, 0) + w.gpus <= limits[team]
         n, k = w.hosts, w.gpus_per_host
         placed = capacity.choose(n, k, now) if capacity.total_free >= n * k else None
         if placed is None and searches > 0 and not any(

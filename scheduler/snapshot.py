@@ -34,7 +34,7 @@ from projections.usage import LeafUsage, UsageProjection
 from projections.workloads import PENDING, RUNNING, Workload, WorkloadsProjection
 from scheduler.state import State
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 MAGIC = "allot-snapshot"
 
 _encoder = msgspec.msgpack.Encoder()
@@ -43,6 +43,14 @@ _decoder = msgspec.msgpack.Decoder()
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 # from_version -> function returning the body at from_version + 1.
 UPCASTERS: dict[int, Upcaster] = {}
+
+
+def _v1_to_v2(body: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 adds each workload's preemption cost ("costs"); before it, none had one."""
+    return {**body, "v": 2, "costs": []}
+
+
+UPCASTERS[1] = _v1_to_v2
 
 
 class SnapshotError(AllotError):
@@ -81,6 +89,9 @@ def snapshot_state(state: State) -> bytes:
              w.expected_duration_s, w.status, list(w.queue_key), w.allocated, w.started_at,
              w.protected_until, [[h, g] for h, g in w.placement], w.runs, w.preemptions]
             for w in wl.all.values()],
+        # Only workloads whose contract names a preemption cost (most have none).
+        "costs": [[w.id, w.checkpoint_interval_s, w.restart_overhead_s] for w in wl.all.values()
+                  if w.checkpoint_interval_s is not None or w.restart_overhead_s],
         "running": list(wl.running),
         "pending": [[leaf, [w.id for _, w in q]] for leaf, q in wl.pending.items()],
         "pending_free": [[leaf, [w.id for _, w in q]] for leaf, q in wl.pending_free.items()],
@@ -203,6 +214,9 @@ def _restore_workloads(b: dict[str, Any]) -> WorkloadsProjection:
         w.runs = runs
         w.preemptions = preemptions
         wl.all[wid] = w
+    for wid, checkpoint_s, restart_s in b["costs"]:
+        wl.all[wid].checkpoint_interval_s = checkpoint_s
+        wl.all[wid].restart_overhead_s = restart_s
     every = wl.all
     for wid in b["running"]:
         if every[wid].status != RUNNING:

@@ -189,6 +189,7 @@ class State:
             gpus_per_host=shape[1], min_runtime_s=e.min_runtime_s, resumable=e.resumable,
             priority=e.priority, kind=e.kind, submitted_at=self.now, seq=wl.seq,
             submit_event=e.id, expected_duration_s=e.expected_duration_s,
+            checkpoint_interval_s=e.checkpoint_interval_s, restart_overhead_s=e.restart_overhead_s,
         ))
 
     def _end_run(self, w: Workload, status: str) -> None:

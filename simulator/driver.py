@@ -5,6 +5,21 @@ their times, plays the executor (a started workload finishes after the run time
 it still needs; a resumable one keeps its progress across preemptions), the
 impatient user (a workload not started within its patience is cancelled), the
 host monitors (seeded faults; repairs after a host drained) and the ticker.
+
+Preemption has a cost (the executor's model, from each workload's contract):
+a resumable victim keeps the work up to its last checkpoint (every
+``checkpoint_interval_s`` of run time from the run's start; continuously if
+unset) and its next run first spends ``restart_overhead_s``; a victim that
+cannot resume loses its whole run, and its owner resubmits it from scratch if
+its ``resubmits`` count allows (a new workload ``<first id>-r<n>`` whose
+submission names the one it re-runs in ``resubmit_of``). ``SimResult`` counts
+the GPU-seconds lost that way, the ground truth the audit's figure is checked
+against.
+
+Under the policies a scenario's squatting model names (the old scheduler's),
+some researchers hold idle jobs to debug on: the driver keeps each squatter's
+hold submitted and renewed, and runs their debug work inside it while it runs
+(see ``simulator.sources.SquatConfig``).
 It jumps from one schedulable moment to the next: a moment is any time with an
 input, a protection ending, or the periodic tick. The driver is the trusted
 clock: at a moment with inputs it first moves the clock (``clock.ticked`` with
@@ -37,12 +52,16 @@ from projections.cluster import OK
 from projections.workloads import PENDING
 from scheduler import Engine
 from simulator.scenario import Scenario, ScenarioError
-from simulator.sources import SourceOutput, explicit, generator, philly
-from simulator.spec import BudgetNodeSpec, WorkloadSpec
+from simulator.sources import SourceOutput, SquatConfig, explicit, generator, philly
+from simulator.spec import BudgetNodeSpec, SquatterSpec, WorkloadSpec
 
 # Order of work at one moment: capacity comes back before new work arrives,
 # and the cycle (tick) runs last, seeing everything that happened at that time.
 FINISH, REPAIR, FAULT, SUBMIT, CANCEL, TICK = range(6)
+
+
+# A non-resumable victim's owner notices and resubmits it this long after the preemption.
+RESUBMIT_DELAY_S = 60
 
 
 class SimResult(msgspec.Struct, kw_only=True):
@@ -55,12 +74,19 @@ class SimResult(msgspec.Struct, kw_only=True):
     cycles: int
     workloads: int
     demand_ratio: float  # mean GPUs wanted (pending + running) / cluster GPUs
+    # The executor's ground truth about preemption costs and the people model.
+    lost_gpu_s: int = 0          # work preempted victims lost (checkpoint model)
+    resubmitted: int = 0         # resubmissions of victims that could not resume
+    holds: int = 0               # squatters' holds submitted
+    debug_in_holds: int = 0      # squatters' debug workloads run inside their holds
 
 
 def load_sources(scenario: Scenario, base_dir: Path) -> SourceOutput:
     """Every source's nodes and workloads, merged (workload ids must be unique)."""
     nodes: dict[str, BudgetNodeSpec] = {}
     workloads: list[WorkloadSpec] = []
+    squatters: list[SquatterSpec] = []
+    squat: SquatConfig | None = None
     for i, cfg in enumerate(scenario.sources):
         seed = scenario.seed * 1000 + i
         if isinstance(cfg, generator.Config):
@@ -80,12 +106,18 @@ def load_sources(scenario: Scenario, base_dir: Path) -> SourceOutput:
         for n in out.nodes:
             nodes.setdefault(n.path, n)
         workloads.extend(out.workloads)
+        if out.squat is not None:
+            if squat is not None and out.squat != squat:
+                raise ValueError("two generator sources define different squatting models")
+            squat = out.squat
+            squatters.extend(out.squatters)
     ids = [w.workload for w in workloads]
     if len(set(ids)) != len(ids):
         raise ScenarioError("workload id {!r} is not unique across sources".format(next(
             a for a, b in zip(sorted(ids), sorted(ids)[1:], strict=False) if a == b)))
     workloads.sort(key=lambda w: (w.submit_at, w.workload))
-    return SourceOutput(nodes=list(nodes.values()), workloads=workloads)
+    return SourceOutput(nodes=list(nodes.values()), workloads=workloads, squatters=squatters,
+                        squat=squat)
 
 
 class Simulation:
@@ -161,6 +193,62 @@ class Simulation:
         run_no: dict[str, int] = {}
         ticks_at: set[int] = set()
         fault_rng = random.Random(f"{sc.seed}:severity")
+        lost_gpu_s = 0
+        resubmitted = 0
+        # First submission of each resubmission chain, and resubmissions so far.
+        first_of: dict[str, str] = {}
+        resubmissions: dict[str, int] = {}
+
+        # Squatting (only under the policies the scenario names for it).
+        squat = self.sources.squat
+        squatters = self.sources.squatters if squat and self.policy in squat.policies else []
+        hold_of: dict[str, str] = {}          # hold workload id -> squatter's user
+        holding: dict[str, int] = {}          # user -> GPUs of their running hold
+        hold_seq: dict[str, int] = {}
+        holds = 0
+        debug_in_holds = 0
+
+        def new_hold(user: str, t: int) -> None:
+            nonlocal holds
+            assert squat is not None
+            sq = squatter[user]
+            n = hold_seq.get(user, 0) + 1
+            hold_seq[user] = n
+            spec = WorkloadSpec(workload=f"squat-{user}-{n:04d}", submit_at=t, budget=sq.budget,
+                                user=user, gpus=sq.gpus, min_runtime_s=squat.min_runtime_s,
+                                priority=squat.priority, kind="squat", duration_s=squat.hold_s)
+            specs[spec.workload] = spec
+            remaining[spec.workload] = spec.duration_s
+            hold_of[spec.workload] = user
+            holds += 1
+            push(t, SUBMIT, spec)
+
+        squatter = {sq.user: sq for sq in squatters}
+        for sq in squatters:
+            if sq.first_at <= horizon:
+                new_hold(sq.user, sq.first_at)
+
+        def ended(wid: str, t: int) -> None:
+            """A hold ended (finished, preempted, rejected): its owner takes a new one at once."""
+            user = hold_of.get(wid)
+            if user is not None:
+                holding.pop(user, None)
+                new_hold(user, t)
+
+        def resubmit(spec: WorkloadSpec, t: int) -> None:
+            nonlocal resubmitted
+            first = first_of.get(spec.workload, spec.workload)
+            n = resubmissions.get(first, 0) + 1
+            resubmissions[first] = n
+            again = msgspec.structs.replace(spec, workload=f"{first}-r{n}",
+                                            submit_at=t + RESUBMIT_DELAY_S,
+                                            resubmit_of=spec.workload,
+                                            resubmits=spec.resubmits - 1)
+            first_of[again.workload] = first
+            specs[again.workload] = again
+            remaining[again.workload] = max(1, again.duration_s)
+            resubmitted += 1
+            push(again.submit_at, SUBMIT, again)
 
         # Demand integral: GPUs wanted by pending + running workloads.
         wanted = 0
@@ -169,11 +257,13 @@ class Simulation:
         cycles = 0
 
         def handle(derived: list[Event], t: int) -> None:
-            nonlocal wanted
+            nonlocal wanted, lost_gpu_s
             for d in derived:
                 if type(d) is WorkloadStarted:
                     wid = d.workload
                     run_start[wid] = t
+                    if wid in hold_of:
+                        holding[hold_of[wid]] = specs[wid].gpus
                     n = run_no.get(wid, 0) + 1
                     run_no[wid] = n
                     push(t + remaining[wid], FINISH, (wid, n))
@@ -184,15 +274,27 @@ class Simulation:
                         push(pu, TICK, None)
                 elif type(d) is WorkloadPreempted:
                     wid = d.workload
+                    spec = specs[wid]
+                    ran = t - run_start[wid]
                     if d.requeued:
-                        remaining[wid] = max(1, remaining[wid] - (t - run_start[wid]))
+                        # Work up to the last checkpoint is kept; the next run
+                        # first reloads it.
+                        every = spec.checkpoint_interval_s
+                        saved = ran - ran % every if every else ran
+                        lost_gpu_s += spec.gpus * (ran - saved + spec.restart_overhead_s)
+                        remaining[wid] = max(1, remaining[wid] - saved + spec.restart_overhead_s)
                         # It may restart elsewhere at once: the live ticker would run
                         # the next cycle a second later, and so does the simulation.
                         if t + 1 not in ticks_at:
                             ticks_at.add(t + 1)
                             push(t + 1, TICK, None)
                     else:
-                        wanted -= specs[wid].gpus
+                        lost_gpu_s += spec.gpus * ran
+                        wanted -= spec.gpus
+                        if wid in hold_of:
+                            ended(wid, t)
+                        elif spec.resubmits > 0:
+                            resubmit(spec, t)
                 elif type(d) is HostDrained:
                     push(t + sc.faults.repair_s, REPAIR, d.host)
                 elif d.__struct_config__.tag == "workload.rejected":
@@ -242,13 +344,22 @@ class Simulation:
                         spec = specs[wid]
                         wanted -= spec.gpus
                         feed(mk.finish(wid, at=at, outcome=spec.outcome), t)
+                        if wid in hold_of:
+                            ended(wid, t)
                 elif kind == SUBMIT:
                     spec = payload  # type: ignore[assignment]
+                    if spec.kind == "debug" and holding.get(spec.user, 0) >= spec.gpus:
+                        # A squatter debugs inside their hold: nothing is submitted.
+                        debug_in_holds += 1
+                        continue
                     wanted += spec.gpus
                     feed(mk.submit(spec.workload, spec.budget, spec.gpus, spec.min_runtime_s,
                                    at=at, user=spec.user, hosts=spec.hosts,
                                    resumable=spec.resumable, priority=spec.priority,
-                                   kind=spec.kind, expected_duration_s=spec.duration_s), t)
+                                   kind=spec.kind, expected_duration_s=spec.duration_s,
+                                   checkpoint_interval_s=spec.checkpoint_interval_s,
+                                   restart_overhead_s=spec.restart_overhead_s,
+                                   resubmit_of=spec.resubmit_of), t)
                     if spec.patience_s is not None:
                         push(t + spec.patience_s, CANCEL, spec.workload)
                 elif kind == CANCEL:
@@ -281,6 +392,10 @@ class Simulation:
             cycles=cycles,
             workloads=len(self.sources.workloads),
             demand_ratio=wanted_area / (capacity * span),
+            lost_gpu_s=lost_gpu_s,
+            resubmitted=resubmitted,
+            holds=holds,
+            debug_in_holds=debug_in_holds,
         )
 
     def _schedule_faults(self, push: Callable[[int, int, object], None], horizon: int) -> None:

@@ -9,11 +9,11 @@ only to the simulated executor; the scheduler never sees it.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
-from events.limits import Int64, Shares, Text
+from events.limits import INT64_MAX, Int64, Shares, Text
 
 
 class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -35,6 +35,17 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # after submission (None: waits forever). Open-loop demand needs this, or a
     # queue that is always 2-3x oversubscribed grows without bound.
     patience_s: Int64 | None = None
+    # The cost of a preemption (the simulated executor's model; sent on the
+    # submission so the victim cost and the audit can read it). A resumable
+    # workload checkpoints every ``checkpoint_interval_s`` of run time counted
+    # from each start (None: continuously) and a resumed run first spends
+    # ``restart_overhead_s``; a preempted one that cannot resume is resubmitted
+    # by its owner up to ``resubmits`` times (each a new id ``<first id>-r<n>``,
+    # ``resubmit_of`` naming the one it re-runs), from scratch.
+    checkpoint_interval_s: Annotated[int, msgspec.Meta(ge=1, le=INT64_MAX)] | None = None
+    restart_overhead_s: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)] = 0
+    resubmits: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 0
+    resubmit_of: Text | None = None
 
 
 class BudgetNodeSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -43,3 +54,17 @@ class BudgetNodeSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     path: Text
     shares: Shares = 1
     managers: tuple[Text, ...] = ()
+
+
+class SquatterSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A researcher who, under the old scheduler, holds an idle job to debug on.
+
+    The driver submits a hold of ``gpus`` GPUs at ``first_at`` and renews it
+    whenever it ends. While the hold runs, the researcher's debug workloads that
+    fit in it run inside it and are never submitted.
+    """
+
+    user: str
+    budget: str            # the researcher's leaf
+    gpus: int
+    first_at: int          # seconds since the scenario start

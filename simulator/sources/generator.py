@@ -28,8 +28,8 @@ import msgspec
 
 from events.errors import AllotError
 from events.limits import MAX_GPUS_PER_HOST, MAX_SHARES
-from simulator.sources import SourceOutput
-from simulator.spec import BudgetNodeSpec, WorkloadSpec
+from simulator.sources import SourceOutput, SquatConfig
+from simulator.spec import BudgetNodeSpec, SquatterSpec, WorkloadSpec
 
 DAY = 86_400
 
@@ -73,7 +73,18 @@ class ClassConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     priority_weights: tuple[Weight, Weight, Weight] = (0.1, 0.2, 0.7)  # LOW, NORMAL, HIGH
     patience_s: Seconds | None = None
     diurnal: Fraction = 0.0          # 0: flat; 0.5: day rate 1.5x, night 0.5x
+    # The working week, counted from t = 0 as a Monday 00:00: weekends run at
+    # (1 - weekly) and weekdays at (1 + 2/5 weekly), so the weekly mean stays 1.
+    weekly: Fraction = 0.0
     bursty: bool = True              # follows the team's busy/quiet phases
+    # --- the cost of a preemption (issue 9), drawn apart from the rest ---------
+    checkpoint_interval_s: Positive | None = None  # resumable workloads checkpoint this often
+    restart_overhead_s: Seconds = 0  # a resumed run spends this long before progressing
+    resubmit: Fraction = 0.0         # probability the owner resubmits a victim that cannot resume
+    resubmit_limit: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 2  # ... at most this many times
+    # A non-resumable workload makes progress only if it runs to the end, so its
+    # owner asks for its whole run as minimum runtime (within the class's range).
+    protect_whole_run: bool = False
 
 
 class Config(msgspec.Struct, frozen=True, kw_only=True, tag="generator", forbid_unknown_fields=True):
@@ -90,8 +101,17 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, tag="generator", forbid_
     # than this multiple of its entitlement in GPUs (its smallest size always
     # stays allowed). 0 turns the cap off.
     max_size_vs_entitlement: Factor = 2.0
+    # Draw workloads until each class's offered GPU-time reaches its load exactly,
+    # instead of a count from the class's mean size (which the size cap, the
+    # clipping and the tails make too small or too large).
+    exact_load: bool = False
+    # Split each class's GPU-time (not its job count) by entitlement x demand:
+    # a team whose size cap leaves it only small jobs submits more of them.
+    split_gpu_time: bool = False
     phase_mean_s: Positive = 2 * DAY  # mean length of a busy or quiet phase
     user_prefix: str = "u"
+    # --- people under the old scheduler (issue 9) -------------------------------
+    squatting: SquatConfig | None = None  # researchers holding idle jobs to debug on
 
 
 class GeneratorError(AllotError, ValueError):
@@ -137,7 +157,34 @@ def load(config: Config, *, seed: int, base_dir: Path,
         workloads.extend(_generate(cls, config, seed, capacity, horizon, weights, phases,
                                    researchers, team_gpus))
     workloads.sort(key=lambda w: (w.submit_at, w.workload))
-    return SourceOutput(nodes=nodes, workloads=workloads)
+    squatters = _squatters(config.squatting, seed, researchers) if config.squatting else []
+    return SourceOutput(nodes=nodes, workloads=workloads, squatters=squatters,
+                        squat=config.squatting)
+
+
+def _squatters(cfg: SquatConfig, seed: int,
+               researchers: dict[str, list[tuple[str, str]]]) -> list[SquatterSpec]:
+    """Who squats: ``round(share x researchers)`` of each team, each with a hold size and a start.
+
+    A squatter takes their hold at a random moment of the first working day
+    (08:00-12:00), so the holds do not all arrive in the same second.
+    """
+    if not 0 <= cfg.share <= 1:
+        raise GeneratorError(f"squatting.share must be within [0, 1], got {cfg.share}")
+    gw = cfg.gpus_weights or [1.0] * len(cfg.gpus)
+    if len(gw) != len(cfg.gpus) or not cfg.gpus:
+        raise GeneratorError("squatting.gpus_weights must match squatting.gpus")
+    if cfg.hold_s < 1:
+        raise GeneratorError("squatting.hold_s must be positive")
+    rng = random.Random(f"{seed}:squatters")
+    out = []
+    for team in sorted(researchers):
+        members = researchers[team]
+        for leaf, user in sorted(rng.sample(members, round(cfg.share * len(members)))):
+            gpus = rng.choices(cfg.gpus, weights=gw)[0]
+            out.append(SquatterSpec(user=user, budget=leaf, gpus=gpus,
+                                    first_at=8 * 3600 + rng.randrange(4 * 3600)))
+    return out
 
 
 def _entitlements(nodes: list[BudgetNodeSpec]) -> dict[str, float]:
@@ -178,6 +225,11 @@ def _phases(rng: random.Random, horizon: int, mean: int, burst: float) -> list[t
 def _diurnal(t: int, amplitude: float) -> float:
     # Peak at 14:00, trough at 02:00 (cluster-local time = scenario time).
     return 1 + amplitude * math.cos(2 * math.pi * ((t % DAY) / DAY - 14 / 24))
+
+
+def _weekly(t: int, amplitude: float) -> float:
+    # Days 5 and 6 of each week from t = 0 are the weekend.
+    return 1 - amplitude if (t // DAY) % 7 >= 5 else 1 + amplitude * 2 / 5
 
 
 def _generate(
@@ -227,6 +279,8 @@ def _generate(
             m = ph[bisect.bisect_right(starts, t) - 1][1] if cls.bursty else 1.0
             if cls.diurnal:
                 m *= _diurnal(t, cls.diurnal)
+            if cls.weekly:
+                m *= _weekly(t, cls.weekly)
             total += m
             cum.append(total)
         cum_by_team[team] = cum
@@ -238,8 +292,33 @@ def _generate(
         allowed = [(g, w) for g, w in zip(cls.gpus, gw, strict=True)
                    if not cap_k or g <= cap_k * team_gpus[team] or g == smallest]
         sizes[team] = ([g for g, _ in allowed], [w for _, w in allowed])
+    # The preemption cost is drawn from its own stream, so adding it leaves every
+    # other draw (and so the workloads of a scenario without it) unchanged.
+    cost_rng = random.Random(f"{seed}:class:{cls.kind}:cost")
+    if cls.checkpoint_interval_s is not None and cls.checkpoint_interval_s < 1:
+        raise GeneratorError(f"class {cls.kind}: checkpoint_interval_s must be positive")
+    if cls.restart_overhead_s < 0 or not 0 <= cls.resubmit <= 1:
+        raise GeneratorError(f"class {cls.kind}: restart_overhead_s must be >= 0 and resubmit "
+                             f"within [0, 1]")
+    if not 0 <= cls.weekly <= 1:
+        raise GeneratorError(f"class {cls.kind}: weekly must be within [0, 1]")
+    if config.split_gpu_time:
+        # Team draws weighted by entitlement x demand / the team's mean size, so
+        # each team's expected GPU-time is in proportion to entitlement x demand.
+        team_weights = [
+            w / (sum(g * x for g, x in zip(*sizes[t], strict=True)) / sum(sizes[t][1]))
+            for t, w in zip(teams, team_weights, strict=True)]
+    if cls.resubmit_limit < 0:
+        raise GeneratorError(f"class {cls.kind}: resubmit_limit must be >= 0")
+    target = cls.load * capacity * horizon if config.exact_load else None
+    offered = 0
     out = []
-    for i in range(count):
+    i = -1
+    while (offered < target) if target is not None else (i + 1 < count):
+        i += 1
+        if i >= MAX_WORKLOADS:
+            raise GeneratorError(f"class {cls.kind}: load {cls.load} needs more than "
+                                 f"{MAX_WORKLOADS:,} workloads")
         team = rng.choices(teams, weights=team_weights)[0]
         cum = cum_by_team[team]
         u = rng.random() * cum[-1]
@@ -254,6 +333,10 @@ def _generate(
         mr = rng.randint(lo, hi) if hi > 0 else 0
         mr = (mr // 60) * 60 if mr >= 60 else mr
         prio = rng.choices((-1, 0, 1), weights=cls.priority_weights)[0]
+        resumable = rng.random() < cls.resumable
+        if cls.protect_whole_run and not resumable and hi > 0:
+            mr = max(lo, min(hi, dur // 60 * 60 if dur >= 60 else dur))
+        offered += gpus * dur
         out.append(WorkloadSpec(
             workload=f"{cls.kind}-{i:06d}",
             submit_at=submit_at,
@@ -262,10 +345,14 @@ def _generate(
             gpus=gpus,
             hosts=hosts,
             min_runtime_s=mr,
-            resumable=rng.random() < cls.resumable,
+            resumable=resumable,
             priority=prio,
             kind=cls.kind,
             duration_s=dur,
             patience_s=cls.patience_s,
+            checkpoint_interval_s=cls.checkpoint_interval_s if resumable else None,
+            restart_overhead_s=cls.restart_overhead_s if resumable else 0,
+            resubmits=(cls.resubmit_limit if not resumable and cls.resubmit > 0
+                       and cost_rng.random() < cls.resubmit else 0),
         ))
     return out
