@@ -6,6 +6,16 @@
     allot demo                the embedded default: a small scenario end to end
     allot schema              write (or --check) the published JSON Schema of every event
 
+The live system on Kafka (``streams/``; docs/live.md, docs/live-clients.md):
+
+    allot up                  a whole live allot here: broker, topics, worker, ticker, executor
+    allot worker              the scheduling worker (one consumer group schedules every cluster)
+    allot submit / cancel / budget / host   publish an input and print what it caused
+    allot executor            the simulated executor: runs started work, reports finishes
+    allot projections         the Faust usage projections and their loopback endpoint
+    allot top                 the live queue, ranked with its sort metric, and the running set
+    allot journal ...         read the live journal (export it for the audit)
+
 Every command has ``--help``. Errors print one line and exit with status 2:
 every deliberate error of allot is an ``events.errors.AllotError`` (a bad
 scenario, a malformed log line, a bad option), and a file that cannot be read
