@@ -91,7 +91,7 @@ def run_multi_seed(path: Path, scenario: Scenario, policies: Sequence[str], out:
                    *, workers: int | None = None, console: Console | None = None) -> SeedReport:
     """Simulate ``seeds`` seeds from the scenario's own, audit each run, print and write the summary."""
     from allot.simulate import output_dir
-    from audit.report import _dur as duration
+    from audit.formatting import format_duration as duration
     from simulator.driver import load_sources
     from simulator.scenario import ScenarioError
     from simulator.sources.generator import GeneratorError

@@ -10,12 +10,10 @@ publish ``workload.cancelled``.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
-
-from msgspec import Meta
+from typing import Literal
 
 from events.base import Event, Slot
-from events.limits import INT64_MAX, Array, Int64, Text
+from events.limits import Array, Duration, Int64, Text
 
 
 class WorkloadKind:
@@ -53,8 +51,10 @@ class WorkloadSubmitted(Event, kw_only=True, tag="workload.submitted"):
     # spends ``restart_overhead_s`` before it makes progress again. So a
     # preemption after ``ran`` seconds loses ``ran % checkpoint_interval_s +
     # restart_overhead_s`` seconds of work if resumable, all ``ran`` if not.
-    checkpoint_interval_s: Annotated[int, Meta(ge=1, le=INT64_MAX)] | None = None
-    restart_overhead_s: Annotated[int, Meta(ge=0, le=INT64_MAX)] = 0
+    # Wire bounds as every duration (events.limits); the validator rejects a
+    # non-positive interval or a negative overhead with ``bad_preemption_cost``.
+    checkpoint_interval_s: Duration | None = None
+    restart_overhead_s: Duration = 0
     # Set on a resubmission: the workload this one re-runs after that one was
     # preempted without being resumable (so the audit can link the two).
     resubmit_of: Text | None = None
@@ -138,6 +138,7 @@ class RejectReason:
 
     MIN_RUNTIME_OVER_CAP = "min_runtime_over_cap"
     NEGATIVE_MIN_RUNTIME = "negative_min_runtime"
+    BAD_PREEMPTION_COST = "bad_preemption_cost"
     MALFORMED_SHAPE = "malformed_shape"
     TOO_LARGE = "too_large"
     UNKNOWN_BUDGET = "unknown_budget"

@@ -213,6 +213,12 @@ def _submitted(state, e: WorkloadSubmitted) -> Verdict:
         return Reject("workload", RejectReason.MIN_RUNTIME_OVER_CAP,
                       f"min_runtime_s={e.min_runtime_s} exceeds the cap of "
                       f"{policy.min_runtime_cap_s} s")
+    if e.checkpoint_interval_s is not None and e.checkpoint_interval_s < 1:
+        return Reject("workload", RejectReason.BAD_PREEMPTION_COST,
+                      "checkpoint_interval_s must be >= 1 (or null: checkpoints continuously)")
+    if e.restart_overhead_s < 0:
+        return Reject("workload", RejectReason.BAD_PREEMPTION_COST,
+                      "restart_overhead_s must be >= 0")
     shape = shape_of(e)
     if isinstance(shape, str):
         return Reject("workload", RejectReason.MALFORMED_SHAPE, shape)

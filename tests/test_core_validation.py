@@ -41,6 +41,8 @@ SUBMIT_REJECTIONS = [
     # (kwargs for Inputs.submit, reason)
     (dict(budget="lab/p1/x", gpus=1, min_runtime_s=8 * HOUR + 1), "min_runtime_over_cap"),
     (dict(budget="lab/p1/x", gpus=1, min_runtime_s=-1), "negative_min_runtime"),
+    (dict(budget="lab/p1/x", gpus=1, min_runtime_s=60, checkpoint_interval_s=0), "bad_preemption_cost"),
+    (dict(budget="lab/p1/x", gpus=1, min_runtime_s=60, restart_overhead_s=-1), "bad_preemption_cost"),
     (dict(budget="lab/p1/x", gpus=24, hosts=3, min_runtime_s=60), "too_large"),
     (dict(budget="lab/p1/x", gpus=0, min_runtime_s=60), "malformed_shape"),
     (dict(budget="lab/p1/x", gpus=9, min_runtime_s=60), "malformed_shape"),
