@@ -76,7 +76,8 @@ def _simulate(args: argparse.Namespace) -> int:
                        workers=args.workers)
         return 0
     run_scenario(args.scenario, policies, args.out, plots=not args.no_plots,
-                 knobs=dict(args.set or []), horizon_days=args.horizon_days, seed=args.seed)
+                 knobs=dict(args.set or []), horizon_days=args.horizon_days, seed=args.seed,
+                 warmup_s=args.warmup_s)
     return 0
 
 
@@ -156,7 +157,10 @@ def _demo(args: argparse.Namespace) -> int:
     con = Console()
     out = Path(args.out)
     con.rule("[bold]allot demo: the same workloads under allot and under the old scheduler")
-    run_scenario(DEMO_SCENARIO, ("allot", "baseline"), out, plots=not args.no_plots)
+    from allot.live_audit import DEMO_WARMUP_S
+
+    run_scenario(DEMO_SCENARIO, ("allot", "baseline"), out, plots=not args.no_plots,
+                 warmup_s=DEMO_WARMUP_S)
     log = out / "allot" / "events.jsonl"
     con.rule("[bold]decisions, explained")
     _show_decisions(log, con)
@@ -200,6 +204,8 @@ def _show_decisions(log: Path, con: Console) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from audit.cli import seconds_value
+
     parser = argparse.ArgumentParser(
         prog="allot", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -218,6 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a policy knob, e.g. --set window_s=259200 (repeatable)")
     p.add_argument("--horizon-days", type=float, help="override the simulated span")
     p.add_argument("--seed", type=int, help="override the scenario seed (with --seeds: the first)")
+    p.add_argument("--warmup-s", type=seconds_value, metavar="SECONDS",
+                   help="the start of each run left out of every figure (default: one "
+                        "lookback window, window_s)")
     p.add_argument("--seeds", type=int, metavar="N",
                    help="run N seeds (from the scenario's, in parallel processes) and report "
                         "each figure's mean and 95 %% t-interval; writes OUT/seeds.json, no logs")

@@ -84,9 +84,14 @@ def run_scenario(
     knobs: dict[str, Any] | None = None,
     horizon_days: float | None = None,
     seed: int | None = None,
+    warmup_s: int | None = None,
     console: Console | None = None,
 ) -> dict[str, Any]:
-    """Simulate, audit and report; return the summary written to summary.json."""
+    """Simulate, audit and report; return the summary written to summary.json.
+
+    ``warmup_s`` is the start of each run left out of every figure (default: the
+    audit's, one lookback window).
+    """
     console = console or Console(stderr=True)
     path = Path(path)
     scenario = apply_overrides(load_scenario(path), knobs or {}, horizon_days, seed)
@@ -135,7 +140,7 @@ def run_scenario(
     for policy, log_path in logs.items():
         load_log(con, log_path, run=policy)
     for policy in logs:
-        s = summary(con, policy, wall_seconds=facts[policy]["wall_seconds"])
+        s = summary(con, policy, wall_seconds=facts[policy]["wall_seconds"], warmup_s=warmup_s)
         s.update({k: v for k, v in facts[policy].items() if k != "wall_seconds"})
         summaries[policy] = s
     doc = {"scenario": scenario.name, "description": scenario.description,

@@ -46,12 +46,12 @@ def _db_option(p: argparse.ArgumentParser) -> None:
 
 
 def _warmup_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--warmup-s", type=_seconds, metavar="SECONDS",
+    p.add_argument("--warmup-s", type=seconds_value, metavar="SECONDS",
                    help="leave out the first SECONDS of each run from every figure "
                         "(default: the run's lookback window, policy window_s)")
 
 
-def _seconds(text: str) -> int:
+def seconds_value(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
