@@ -153,6 +153,7 @@ class Worker:
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._reader: AIOKafkaConsumer | None = None
+        self._prefetch: snapshots.Prefetcher | None = None
         self._processor: Processor | None = None
         self._server: MetricsServer | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -191,14 +192,16 @@ class Worker:
         self.partitions = report.partitions[self.inbox]
         if report.created:
             self.log.info("topics.created", topics=report.created)
+        if s.prefetch_snapshots:
+            # Restore snapshots while the group join below waits on the broker (seconds).
+            await self._start_prefetch()
         self._producer = AIOKafkaProducer(
             bootstrap_servers=s.bootstrap, acks="all", linger_ms=s.linger_ms,
             max_batch_size=1024 * 1024, max_request_size=4 * 1024 * 1024,
             enable_idempotence=False, request_timeout_ms=30000,
             client_id=f"allot-worker-{self.name}")
-        await self._producer.start()
         self._reader = reader(s.bootstrap, s.fold_fetch_wait_ms, f"allot-fold-{self.name}")
-        await self._reader.start()
+        await asyncio.gather(self._producer.start(), self._reader.start())
         self._processor = Processor(
             clusters=s.clusters, partition_of=self.partition_of, keyring=self.keyring,
             ticker_principal=s.ticker_principal, require_signatures=s.require_signatures,
@@ -225,6 +228,33 @@ class Worker:
         self.log.info("worker.started", bootstrap=s.bootstrap, group=s.group,
                       partitions=self.partitions, clusters=list(s.clusters))
 
+    async def _start_prefetch(self) -> None:
+        s = self.settings
+        consumer = reader(s.bootstrap, s.fold_fetch_wait_ms, f"allot-prefetch-{self.name}")
+        await consumer.start()
+        mine = {partition_for(c, self.partitions) for c in s.clusters}
+        # Partitions of the configured clusters first: the others hold no engine unless a
+        # cluster was dropped from the configuration.
+        order = sorted(range(self.partitions), key=lambda p: (p not in mine, p))
+
+        def rejected(m: snapshots.Manifest, why: str) -> None:
+            self.log.warning("snapshot.rejected", partition=m.partition,
+                             journal_offset=m.journal_offset, token=m.token, reason=why)
+
+        def failed(p: int, why: str) -> None:
+            self.log.warning("snapshot.prefetch_failed", partition=p, detail=why)
+
+        self._prefetch = snapshots.Prefetcher(consumer, self.snapshot_topic, self.journal, self.key,
+                                              order, on_reject=rejected, on_error=failed).start()
+
+    async def _close_prefetch(self) -> None:
+        pre, self._prefetch = self._prefetch, None
+        if pre is not None:
+            await pre.close()
+            if pre.dropped:
+                self.log.info("snapshot.prefetch_dropped", partitions=sorted(pre.dropped),
+                              reason="not assigned")
+
     async def run(self) -> None:
         """Start, schedule until ``stop()``, then shut down cleanly."""
         try:
@@ -236,6 +266,7 @@ class Worker:
             await self.close()
 
     async def close(self) -> None:
+        await self._close_prefetch()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -300,6 +331,8 @@ class Worker:
         assert self._consumer is not None
         self.log.debug("group.assigned", partitions=sorted(partitions))
         self._assigned_now |= partitions
+        if self._prefetch is not None:
+            self._prefetch.restrict(self._assigned_now)
         for p in partitions:
             if p not in self.owned:
                 self._to_take.add(p)
@@ -321,6 +354,10 @@ class Worker:
                     self.log.error("partition.take_failed", partition=p, detail=str(exc))
                     self._to_take.add(p)
                     await asyncio.sleep(1.0)
+        if not self._to_take:
+            # The first assignment is rebuilt: a prefetched snapshot not taken by now is of a
+            # partition this worker does not own, and a later takeover must read afresh.
+            await self._close_prefetch()
 
     async def _take(self, p: int) -> None:
         """Claim partition ``p``, rebuild it from the journal, and set the inbox position."""
@@ -340,9 +377,19 @@ class Worker:
             log.warning("snapshot.rejected", journal_offset=m.journal_offset, token=m.token,
                         reason=why)
 
-        restored = await snapshots.restore_latest(
-            self._reader, self.snapshot_topic, self.journal, p, claim_offset, self.key,
-            on_reject=rejected)
+        restored = await self._prefetch.take(p) if self._prefetch is not None else None
+        source = "prefetch"
+        if restored is not None:
+            why = snapshots.unusable(restored, p, claim_offset)
+            if why is not None:
+                log.warning("snapshot.prefetch_unused", journal_offset=restored.manifest.journal_offset,
+                            reason=why)
+                restored = None
+        if restored is None:
+            source = "claim"
+            restored = await snapshots.restore_latest(
+                self._reader, self.snapshot_topic, self.journal, p, claim_offset, self.key,
+                on_reject=rejected)
         if restored is not None:
             m = restored.manifest
             fold = PartitionFold(p, engines=restored.engines, fence=restored.fence,
@@ -397,6 +444,8 @@ class Worker:
         self.metrics.fold_seconds.observe(dt)
         log.info("partition.claimed", token=token, claim_offset=claim_offset, resume=resume,
                  snapshot=None if restored is None else restored.manifest.journal_offset,
+                 snapshot_source=None if restored is None else source,
+                 snapshot_phases=None if restored is None else restored.phases,
                  folded=fold.stats.records, fenced=fold.stats.fenced,
                  duplicates=fold.stats.duplicates, seconds=round(dt, 3),
                  snapshot_s=round(t_snap - t0, 3), fold_s=round(t_fold - t_snap, 3),
