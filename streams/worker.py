@@ -105,6 +105,9 @@ class PartitionState:
         self.seeks = 0
         self.nudges: dict[str, float] = {}      # cluster -> when the last nudge was sent
         self.broken = False                     # a produce failed: rebuild from the journal
+        # (how, journal offset) of the snapshot this state was rebuilt from: "prefetch" (restored
+        # while the group joined) or "claim" (after the claim); None: folded from the start.
+        self.restored_from: tuple[str, int] | None = None
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -414,6 +417,8 @@ class Worker:
         missing = fold.finish(recover=True)
         t_fold = time.perf_counter()
         st = PartitionState(p, token, claim_offset, fold.engines, 0, fold.last_inbox_offset)
+        if restored is not None:
+            st.restored_from = (source, restored.manifest.journal_offset)
         if missing:
             futs = []
             for cluster, decisions in missing.items():
