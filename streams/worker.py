@@ -204,7 +204,6 @@ class Worker:
             enable_idempotence=False, request_timeout_ms=30000,
             client_id=f"allot-worker-{self.name}")
         self._reader = reader(s.bootstrap, s.fold_fetch_wait_ms, f"allot-fold-{self.name}")
-        await asyncio.gather(self._producer.start(), self._reader.start())
         self._processor = Processor(
             clusters=s.clusters, partition_of=self.partition_of, keyring=self.keyring,
             ticker_principal=s.ticker_principal, require_signatures=s.require_signatures,
@@ -217,7 +216,9 @@ class Worker:
             heartbeat_interval_ms=s.heartbeat_interval_ms,
             max_partition_fetch_bytes=4 * 1024 * 1024, client_id=f"allot-worker-{self.name}")
         self._consumer.subscribe([self.inbox], listener=_Listener(self))
-        await self._consumer.start()
+        # The group join waits on the broker for seconds: connect the producer and the reader
+        # meanwhile (the prefetch is restoring snapshots already).
+        await asyncio.gather(self._consumer.start(), self._producer.start(), self._reader.start())
         if s.metrics_port >= 0:
             loop = asyncio.get_running_loop()
 
@@ -342,14 +343,19 @@ class Worker:
                 # Fetch nothing until the partition is rebuilt and the position set.
                 self._consumer.pause(TopicPartition(self.inbox, p))
 
+    def _take_order(self, p: int) -> tuple[bool, int]:
+        """Partitions holding configured clusters first: they are the ones with work waiting."""
+        return (all(partition_for(c, self.partitions) != p for c in self.settings.clusters), p)
+
     async def _take_pending(self) -> None:
-        for p in sorted(self._to_take):
-            async with self._lock:
-                if p not in self._to_take:
-                    continue
+        """Take one pending partition; the loop handles the owned ones' records before the next."""
+        async with self._lock:
+            pending = sorted((p for p in self._to_take if p in self._assigned_now),
+                             key=self._take_order)
+            self._to_take &= self._assigned_now
+            if pending:
+                p = pending[0]
                 self._to_take.discard(p)
-                if p not in self._assigned_now:
-                    continue
                 try:
                     await self._take(p)
                 except (KafkaError, AllotError) as exc:
@@ -500,7 +506,8 @@ class Worker:
                         await self._take(p)
             self.metrics.beat()
             try:
-                batch = await self._consumer.getmany(timeout_ms=100,
+                # While partitions wait to be taken, only collect what is already fetched.
+                batch = await self._consumer.getmany(timeout_ms=0 if self._to_take else 100,
                                                      max_records=self.settings.max_batch)
             except KafkaError as exc:
                 self.log.warning("inbox.fetch_failed", detail=str(exc))
