@@ -347,8 +347,9 @@ class Worker:
         """Partitions holding configured clusters first: they are the ones with work waiting."""
         return (all(partition_for(c, self.partitions) != p for c in self.settings.clusters), p)
 
-    async def _take_pending(self) -> None:
-        """Take one pending partition; the loop handles the owned ones' records before the next."""
+    async def _take_pending(self) -> int | None:
+        """Take one pending partition (which one, or None); the loop handles records before the next."""
+        p: int | None = None
         async with self._lock:
             pending = sorted((p for p in self._to_take if p in self._assigned_now),
                              key=self._take_order)
@@ -367,6 +368,7 @@ class Worker:
             # The first assignment is rebuilt: a prefetched snapshot not taken by now is of a
             # partition this worker does not own, and a later takeover must read afresh.
             await self._close_prefetch()
+        return p
 
     async def _take(self, p: int) -> None:
         """Claim partition ``p``, rebuild it from the journal, and set the inbox position."""
@@ -495,8 +497,13 @@ class Worker:
     async def _loop(self) -> None:
         assert self._consumer is not None
         while not self._stop.is_set():
+            wait_ms = 100
             if self._to_take:
-                await self._take_pending()
+                taken = await self._take_pending()
+                # Just took a partition with clusters: wait for its first records (its tick)
+                # before the next take; otherwise only collect what is already fetched.
+                if self._to_take and (taken is None or self._take_order(taken)[0]):
+                    wait_ms = 0
             broken = [p for p, st in self.owned.items() if st.broken]
             for p in broken:
                 async with self._lock:
@@ -506,8 +513,7 @@ class Worker:
                         await self._take(p)
             self.metrics.beat()
             try:
-                # While partitions wait to be taken, only collect what is already fetched.
-                batch = await self._consumer.getmany(timeout_ms=0 if self._to_take else 100,
+                batch = await self._consumer.getmany(timeout_ms=wait_ms,
                                                      max_records=self.settings.max_batch)
             except KafkaError as exc:
                 self.log.warning("inbox.fetch_failed", detail=str(exc))
