@@ -18,7 +18,10 @@ and the crash-safety argument in full):
    next batch; nothing is acknowledged to the group before that.
 3. **Time.** The ticker signs a tick per owned cluster per interval; after
    inputs that may change the schedule a signed nudge follows at once.
-4. **Snapshots** every N records or T seconds, written in the background.
+4. **Snapshots** every N records or T seconds, written in the background. At
+   start-up the newest snapshot of every partition is restored while the group
+   joins (``snapshots.Prefetcher``); a claim uses its partition's only if it
+   reflects offsets below the claim.
 
 ``Worker`` holds all of its state (no module globals), so tests and
 ``allot up`` can run several in one process. ``run()`` until ``stop()``.
