@@ -14,15 +14,17 @@ Figures (issue 10), each next to the broker's own limit measured in the same run
   ``workload.started`` from the journal (goal p99 <= 100 ms);
 - **restart**: a journal of 1,000,000 events (a simulated lab written as the
   worker writes it), a cold start (fold from the journal's start, then a
-  snapshot), then a restart after kill -9 that restores the snapshot: time to
-  the partition being ready and to the first new journal record;
+  snapshot), then several restarts after kill -9 that restore the snapshot: time
+  to the claim, to the partition being ready and to the first input journaled
+  under the new claim (median, with the load average of each);
 - **failover**: two workers, kill -9 the owner of a cluster; time until the
-  other has claimed it and journaled a new input there.
+  other has claimed it and journaled a new input there under its claim.
 
 The worker runs as its own process (``allot worker``), as in production.
 
 Usage: python -m benchmarks.bench_live [--only broker,throughput,latency,restart,failover]
-       [--bootstrap HOST:PORT] [--submissions N] [--probes N] [--events N]
+       [--bootstrap HOST:PORT] [--submissions N] [--probes N] [--events N] [--restarts N]
+       [--failovers N]
 """
 
 from __future__ import annotations
@@ -127,6 +129,8 @@ class Journal:
         self.started: dict[str, float] = {}    # workload -> when its start was read
         self.inputs: dict[str, float] = {}     # input id -> when it was read
         self.claims: list[tuple[float, Claim]] = []
+        self.claim_offset = -1
+        self.first_input_after_claim: float | None = None  # when the newest owner's first arrived
         self.records = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -149,7 +153,12 @@ class Journal:
                 if kind == KIND_CLAIM.encode():
                     import msgspec
                     self.claims.append((now, msgspec.json.decode(m.value, type=Claim)))
+                    self.claim_offset = m.offset
+                    self.first_input_after_claim = None
                     continue
+                if kind == KIND_INPUT.encode() and self.first_input_after_claim is None \
+                        and m.offset > self.claim_offset >= 0:
+                    self.first_input_after_claim = now
                 if b'"workload.started"' in m.value[:40]:
                     e = decode(m.value)
                     self.started.setdefault(e.workload, now)  # type: ignore[attr-defined]
@@ -380,7 +389,20 @@ async def write_journal(bootstrap: str, prefix: str, log: list[Event], partition
     return len(log) + 1
 
 
-async def bench_restart(bootstrap: str, events: int) -> dict[str, float]:
+def _log_time(event: dict[str, Any]) -> float:
+    """The wall time (epoch seconds) of a worker's JSON log line."""
+    from datetime import datetime
+    return datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
+
+
+async def bench_restart(bootstrap: str, events: int, restarts: int = 5) -> dict[str, Any]:
+    """One cold start (fold the whole journal, snapshot), then ``restarts`` kill -9 restarts.
+
+    Each restart is timed from the process spawn: to the worker's claim read
+    back from the journal, to the partition being ready (its log line), and to
+    the first new journal record on the partition (a live tick handled: the
+    worker is scheduling again). The load average is recorded with each.
+    """
     t0 = time.perf_counter()
     log = simulated_journal(events)
     t_sim = time.perf_counter() - t0
@@ -393,13 +415,18 @@ async def bench_restart(bootstrap: str, events: int) -> dict[str, float]:
     t_write = time.perf_counter() - t0
     s = settings_for(bootstrap, prefix, (cluster,), instance_id="restart", log_level="info",
                      snapshot_every_records=20000)
-    out: dict[str, float] = {"journal_events": n, "simulate_s": t_sim, "write_s": t_write}
+    out: dict[str, Any] = {"journal_events": n, "simulate_s": t_sim, "write_s": t_write}
     j = await Journal(bootstrap, prefix, p_idx).start()
     await wait_for(lambda: j.records >= n, 300, "the journal watcher")
+    runs: list[dict[str, float]] = []
+    w: WorkerProc | None = None
     try:
-        for run in ("cold", "warm"):
+        for run in ["cold"] + [f"warm{i}" for i in range(restarts)]:
+            if w is not None:
+                w.kill()
             claims = len(j.claims)
-            before = j.records
+            load = os.getloadavg()[0]
+            spawn_wall = time.time()
             w = WorkerProc(f"restart-{run}", s)
             t_spawn = time.perf_counter()
             await wait_for(lambda claims=claims: len(j.claims) > claims, 300, "the claim")
@@ -407,28 +434,47 @@ async def bench_restart(bootstrap: str, events: int) -> dict[str, float]:
             await wait_for(lambda w=w: any(e.get("partition") == p_idx
                                            for e in w.events("partition.claimed")), 300, "ready")
             ready = [e for e in w.events("partition.claimed") if e.get("partition") == p_idx][-1]
-            # The first record after the claim and any recovered decisions: a live tick.
-            await wait_for(lambda before=before: j.records > before + 1, 120, "a new record")
-            t_first = time.perf_counter()
-            out[f"{run}_claim_s"] = t_claim - t_spawn          # process start + group join
-            out[f"{run}_rebuild_s"] = float(ready["seconds"])   # claim -> partition ready
-            out[f"{run}_first_record_s"] = t_first - t_spawn
-            out[f"{run}_folded"] = float(ready["folded"])
+            # The first input journaled under the new claim (a live tick): scheduling again.
+            await wait_for(lambda: j.first_input_after_claim is not None, 120, "a new input")
+            t_first = j.first_input_after_claim
+            assert t_first is not None
+            await wait_for(lambda w=w: len(w.events("partition.claimed")) >= PARTITIONS, 60,
+                           "every partition")
+            started = w.events("worker.started")
+            r = {"load": load,
+                 "started_s": _log_time(started[0]) - spawn_wall if started else -1.0,
+                 "claim_s": t_claim - t_spawn,                     # process start + group join
+                 "rebuild_s": float(ready["seconds"]),              # claim -> partition ready
+                 "snapshot_s": float(ready.get("snapshot_s", -1.0)),
+                 "first_input_s": t_first - t_spawn,
+                 "all_ready_s": max(_log_time(e) for e in w.events("partition.claimed"))
+                 - spawn_wall,
+                 "folded": float(ready["folded"])}
+            print(f"  {run}: " + ", ".join(f"{k}={v:.2f}" for k, v in r.items()), flush=True)
             if run == "cold":
+                for k, v in r.items():
+                    out[f"cold_{k}"] = v
                 await wait_for(lambda w=w: bool(w.events("snapshot.written")), 300, "a snapshot")
                 snap = w.events("snapshot.written")[0]
                 out["snapshot_bytes"] = float(snap["bytes"])
                 out["snapshot_write_s"] = float(snap["seconds"])
-            w.kill()
+            else:
+                runs.append(r)
     finally:
+        if w is not None:
+            w.kill()
         await j.stop()
+    for k in runs[0] if runs else ():
+        out[f"warm_median_{k}"] = statistics.median(x[k] for x in runs)
+    out["warm_first_input_s"] = [round(x["first_input_s"], 2) for x in runs]
+    out["warm_load"] = [round(x["load"], 1) for x in runs]
     return out
 
 
 # -- failover --------------------------------------------------------------------------------
 
 
-async def bench_failover(bootstrap: str, trials: int = 3) -> dict[str, float]:
+async def bench_failover(bootstrap: str, trials: int = 3) -> dict[str, Any]:
     clusters: dict[int, str] = {}
     i = 0
     while len(clusters) < PARTITIONS:
@@ -439,6 +485,7 @@ async def bench_failover(bootstrap: str, trials: int = 3) -> dict[str, float]:
     names = tuple(clusters[p] for p in range(PARTITIONS))
     journals = [await Journal(bootstrap, prefix, p).start() for p in range(PARTITIONS)]
     times: list[float] = []
+    loads: list[float] = []
     # Dynamic membership, as in tests/test_live_failover.py: on Tansu a static member's
     # rejoin sometimes stalls (UnknownMemberId, then no assignment for minutes).
     workers = {n: WorkerProc(f"failover-{n}", settings_for(bootstrap, prefix, names, worker_name=n))
@@ -455,14 +502,16 @@ async def bench_failover(bootstrap: str, trials: int = 3) -> dict[str, float]:
                 continue
             victim_p, victim = next(iter(owners().items()))
             survivor = "wb" if victim == "wa" else "wa"
-            before = journals[victim_p].records
+            loads.append(os.getloadavg()[0])
             t0 = time.perf_counter()
             workers[victim].kill()
             await wait_for(lambda p=victim_p, s=survivor: owners().get(p) == s, 180,
                            "the takeover")
-            await wait_for(lambda p=victim_p, b=before: journals[p].records > b + 2, 60,
-                           "a new record")
-            times.append(time.perf_counter() - t0)
+            jv = journals[victim_p]
+            await wait_for(lambda jv=jv: jv.first_input_after_claim is not None, 60,
+                           "a new input under the survivor's claim")
+            assert jv.first_input_after_claim is not None
+            times.append(jv.first_input_after_claim - t0)
             workers[victim] = WorkerProc(f"failover-{victim}", settings_for(
                 bootstrap, prefix, names, worker_name=victim))
     finally:
@@ -471,7 +520,8 @@ async def bench_failover(bootstrap: str, trials: int = 3) -> dict[str, float]:
         for j in journals:
             await j.stop()
     return {"trials": len(times), "median_s": statistics.median(times), "min_s": min(times),
-            "max_s": max(times)}
+            "max_s": max(times), "times_s": [round(t, 2) for t in times],
+            "load": [round(x, 1) for x in loads]}
 
 
 # -- main ------------------------------------------------------------------------------------
@@ -493,6 +543,8 @@ def main() -> None:
     ap.add_argument("--submissions", type=int, default=20_000)
     ap.add_argument("--probes", type=int, default=300)
     ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--restarts", type=int, default=5, help="kill -9 restarts after the cold one")
+    ap.add_argument("--failovers", type=int, default=3, help="failover trials")
     args = ap.parse_args()
     which = args.only.split(",")
     print(f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}")
@@ -503,14 +555,15 @@ def main() -> None:
             "broker": lambda: bench_broker(bs),
             "throughput": lambda: bench_throughput(bs, args.submissions),
             "latency": lambda: bench_latency(bs, args.probes),
-            "restart": lambda: bench_restart(bs, args.events),
-            "failover": lambda: bench_failover(bs),
+            "restart": lambda: bench_restart(bs, args.events, args.restarts),
+            "failover": lambda: bench_failover(bs, args.failovers),
         }
         for name in which:
             t0 = time.perf_counter()
             r = asyncio.run(steps[name]())
             results[name] = r
-            shown = ", ".join(f"{k}={v:,.1f}" if isinstance(v, float) else f"{k}={v:,}"
+            shown = ", ".join(f"{k}={v:,.2f}" if isinstance(v, float)
+                              else f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}"
                               for k, v in r.items())
             print(f"{name} ({time.perf_counter() - t0:.0f} s): {shown}", flush=True)
     (OUT / "results.json").write_text(json.dumps(results, indent=2))

@@ -15,13 +15,22 @@ The format is msgpack of plain lists and numbers, with a leading version. A
 change of layout bumps ``SNAPSHOT_VERSION`` and registers an upcaster from the
 previous one, so an old snapshot stays usable; a snapshot from a newer writer
 is refused (the worker then folds the journal from the start).
+
+Both directions run with the cyclic garbage collector paused: they allocate
+millions of small containers that all stay alive, so every collection they
+trigger scans a growing heap for nothing (measured on a 14.5 MB snapshot of
+104,528 workloads: restore 1.1-1.7 s with collections, 0.35 s without; the
+snapshot 2.8 s against 0.6 s). Nothing else changes: the bytes and the
+restored state are the same, and reference counting still frees as usual.
 """
 
 from __future__ import annotations
 
+import gc
 from bisect import insort
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import msgspec
@@ -57,8 +66,25 @@ class SnapshotError(AllotError):
     """Bytes that are not a snapshot this reader can restore."""
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for a bulk build of long-lived objects."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def snapshot_state(state: State) -> bytes:
     """``state`` as versioned msgpack bytes."""
+    with _collector_paused():
+        return _snapshot(state)
+
+
+def _snapshot(state: State) -> bytes:
     cs = state.cluster_state
     wl = state.workloads
     usage = state.usage
@@ -110,6 +136,11 @@ def snapshot_state(state: State) -> bytes:
 
 def restore_state(data: bytes) -> State:
     """The ``State`` a snapshot holds; SnapshotError when it cannot be read."""
+    with _collector_paused():
+        return _restore_bytes(data)
+
+
+def _restore_bytes(data: bytes) -> State:
     try:
         body = _decoder.decode(data)
     except msgspec.DecodeError as exc:

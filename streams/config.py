@@ -108,6 +108,10 @@ class WorkerSettings:
     snapshot_chunk_bytes: int = _doc(
         "Largest snapshot record; a snapshot is zlib-compressed and cut into chunks of this "
         "size (keep it under the broker's `message.max.bytes`).", 512 * 1024)
+    prefetch_snapshots: bool = _doc(
+        "At start, restore the newest snapshot of every partition while the consumer group "
+        "is still joining; the ones the group then assigns are used, the others dropped.",
+        True)
     metrics_host: str = _doc(
         "Address of `/healthz` and `/metrics`. Loopback unless a container publishes it.",
         "127.0.0.1")

@@ -29,10 +29,25 @@ writing lists the newer owner's claim among its foreign offsets, and its
 snapshots fail the check. The reader takes the newest manifest (by J) that
 passes, restores its engines, primes the fence with the claim, and folds the
 journal from J + 1.
+
+**Prefetch.** A restarting worker does not know its partitions until the
+consumer group has assigned them (seconds on Tansu), but nothing in the check
+above needs the restorer's own claim except the bound ``J < claim``. So a
+``Prefetcher`` finds, verifies and restores the newest snapshot of each
+partition while the group is joining; when the worker then claims partition
+``p`` at ``C`` it uses the prefetched one only if ``J < C`` (otherwise it
+restores again, bounded by ``C``). The prefetched snapshot may be older than
+the newest one by then (another owner snapshotted meanwhile): that costs a
+longer tail fold, never a wrong state, since any verified snapshot below the
+claim is a true prefix. Each prefetched restore is used at most once, those
+of partitions the group does not assign are dropped, and the prefetcher is
+closed after the first assignment (a later takeover restores afresh).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import hmac
 import time
@@ -41,6 +56,7 @@ from collections.abc import AsyncIterator, Callable
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
 from events.errors import AllotError
 from scheduler import Engine
@@ -50,6 +66,8 @@ from streams.records import KIND_CLAIM, BadJournalRecord, Fence, JournalRecord
 
 MANIFEST_VERSION = 1
 HEADER_SNAPSHOT = "allot-snapshot"   # "chunk" or "manifest"
+# The bound a prefetch verifies against: the claim is not known yet (``usable`` checks it).
+UNBOUNDED = 1 << 62
 
 
 class ClusterSnapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -160,6 +178,8 @@ class Restored(msgspec.Struct, kw_only=True):
     engines: dict[str, Engine]
     fence: Fence
     read_s: float
+    # Where the time went: finding manifests, checking the journal, reading chunks, restoring.
+    phases: dict[str, float] = msgspec.field(default_factory=dict)
 
 
 def _kind(headers: tuple[tuple[str, bytes], ...] | list[tuple[str, bytes]]) -> bytes | None:
@@ -260,13 +280,18 @@ async def restore_latest(consumer: AIOKafkaConsumer, snapshot_topic: str, journa
     snapshot verifies (the caller folds from the journal's start).
     """
     t0 = time.perf_counter()
+    phases = {"scan_s": 0.0, "verify_s": 0.0, "chunks_s": 0.0, "restore_s": 0.0}
     try:
+        t_scan = time.perf_counter()
         async for window in manifest_windows(consumer, snapshot_topic, partition):
+            phases["scan_s"] += time.perf_counter() - t_scan
             restored = await _first_valid(consumer, snapshot_topic, journal_topic, partition,
-                                          before, key, window, on_reject, timeout_s)
+                                          before, key, window, on_reject, timeout_s, phases)
             if restored is not None:
                 restored.read_s = time.perf_counter() - t0
+                restored.phases = {k: round(v, 3) for k, v in phases.items()}
                 return restored
+            t_scan = time.perf_counter()
     except ReadTimeout:
         return None
     return None
@@ -275,17 +300,22 @@ async def restore_latest(consumer: AIOKafkaConsumer, snapshot_topic: str, journa
 async def _first_valid(consumer: AIOKafkaConsumer, snapshot_topic: str, journal_topic: str,
                        partition: int, before: int, key: bytes, window: list[Manifest],
                        on_reject: Callable[[Manifest, str], None] | None,
-                       timeout_s: float) -> Restored | None:
+                       timeout_s: float, phases: dict[str, float]) -> Restored | None:
     for m in window:
         if m.partition != partition:
             continue
         try:
             if not signature_ok(m, key):
                 raise SnapshotInvalid("bad signature")
+            t = time.perf_counter()
             fence = await verify(consumer, journal_topic, m, before, timeout_s)
+            phases["verify_s"] += time.perf_counter() - t
             engines: dict[str, Engine] = {}
             for cs in m.clusters:
+                t = time.perf_counter()
                 blob = await _read_chunks(consumer, snapshot_topic, partition, cs, timeout_s)
+                t_read = time.perf_counter()
+                phases["chunks_s"] += t_read - t
                 try:
                     raw = zlib.decompress(blob)
                 except zlib.error as exc:
@@ -294,9 +324,116 @@ async def _first_valid(consumer: AIOKafkaConsumer, snapshot_topic: str, journal_
                     engines[cs.cluster] = processor.restore_engine(cs.format, raw)
                 except processor.SnapshotError as exc:
                     raise SnapshotInvalid(f"{cs.cluster}: {exc}") from None
+                finally:
+                    phases["restore_s"] += time.perf_counter() - t_read
         except (SnapshotInvalid, ReadTimeout) as exc:
             if on_reject is not None:
                 on_reject(m, str(exc))
             continue
         return Restored(manifest=m, engines=engines, fence=fence, read_s=0.0)
     return None
+
+
+def unusable(restored: Restored, partition: int, claim_offset: int) -> str | None:
+    """Why a prefetched snapshot must not seed ``partition`` claimed at ``claim_offset`` (or None).
+
+    A prefetch was verified without knowing the claim; the state is a true
+    prefix of what the claim fences only if it reflects offsets below it.
+    """
+    m = restored.manifest
+    if m.partition != partition:
+        return f"the snapshot is of partition {m.partition}"
+    if m.journal_offset >= claim_offset:
+        return f"the snapshot reflects offset {m.journal_offset}, not below the claim {claim_offset}"
+    return None
+
+
+class Prefetcher:
+    """Restores each partition's newest snapshot before the group assigns any (module docstring).
+
+    One task works through ``partitions`` in order with its own consumer;
+    ``restrict`` (the assignment is known) skips and drops the others;
+    ``take`` hands a partition's result over once, waiting if it is being
+    restored right now, or None (not prefetched: the caller restores it).
+    """
+
+    def __init__(self, consumer: AIOKafkaConsumer, snapshot_topic: str, journal_topic: str,
+                 key: bytes, partitions: list[int],
+                 on_reject: Callable[[Manifest, str], None] | None = None,
+                 on_error: Callable[[int, str], None] | None = None,
+                 timeout_s: float = 30.0) -> None:
+        self._consumer = consumer
+        self._snapshot_topic = snapshot_topic
+        self._journal_topic = journal_topic
+        self._key = key
+        self._queue = list(partitions)
+        self._on_reject = on_reject
+        self._on_error = on_error
+        self._timeout_s = timeout_s
+        self._results: dict[int, Restored | None] = {}
+        self._current: int | None = None
+        self._current_done = asyncio.Event()
+        self._wanted: set[int] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.dropped: list[int] = []        # partitions whose restored snapshot went unused
+        self.closed = False
+
+    def start(self) -> Prefetcher:
+        self._task = asyncio.create_task(self._run(), name="allot-snapshot-prefetch")
+        return self
+
+    async def _run(self) -> None:
+        while self._queue:
+            p = self._queue.pop(0)
+            if self._wanted is not None and p not in self._wanted:
+                continue
+            self._current, self._current_done = p, asyncio.Event()
+            try:
+                self._results[p] = await restore_latest(
+                    self._consumer, self._snapshot_topic, self._journal_topic, p, UNBOUNDED,
+                    self._key, on_reject=self._on_reject, timeout_s=self._timeout_s)
+            except (KafkaError, AllotError) as exc:
+                self._results[p] = None
+                if self._on_error is not None:
+                    self._on_error(p, str(exc))
+            finally:
+                self._current = None
+                self._current_done.set()
+            if self._wanted is not None and p not in self._wanted:
+                self._drop(p)
+
+    def _drop(self, p: int) -> None:
+        if self._results.pop(p, None) is not None:
+            self.dropped.append(p)
+
+    def restrict(self, partitions: set[int]) -> None:
+        """The group assigned ``partitions``: drop the others' results and skip their restores."""
+        self._wanted = set(partitions)
+        for p in list(self._results):
+            if p not in self._wanted:
+                self._drop(p)
+
+    def pending(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def take(self, partition: int) -> Restored | None:
+        """The prefetched restore of ``partition``, once; None when there is none (or not yet)."""
+        if self.closed:
+            return None
+        if self._current == partition:
+            await self._current_done.wait()
+        if partition in self._queue:
+            self._queue.remove(partition)   # not started: the caller restores it itself
+        return self._results.pop(partition, None)
+
+    async def close(self) -> None:
+        """Stop restoring, drop every result not taken, stop the consumer."""
+        self.closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        for p in list(self._results):
+            self._drop(p)
+        with contextlib.suppress(Exception):
+            await self._consumer.stop()

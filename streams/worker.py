@@ -18,7 +18,10 @@ and the crash-safety argument in full):
    next batch; nothing is acknowledged to the group before that.
 3. **Time.** The ticker signs a tick per owned cluster per interval; after
    inputs that may change the schedule a signed nudge follows at once.
-4. **Snapshots** every N records or T seconds, written in the background.
+4. **Snapshots** every N records or T seconds, written in the background. At
+   start-up the newest snapshot of every partition is restored while the group
+   joins (``snapshots.Prefetcher``); a claim uses its partition's only if it
+   reflects offsets below the claim.
 
 ``Worker`` holds all of its state (no module globals), so tests and
 ``allot up`` can run several in one process. ``run()`` until ``stop()``.
@@ -105,6 +108,9 @@ class PartitionState:
         self.seeks = 0
         self.nudges: dict[str, float] = {}      # cluster -> when the last nudge was sent
         self.broken = False                     # a produce failed: rebuild from the journal
+        # (how, journal offset) of the snapshot this state was rebuilt from: "prefetch" (restored
+        # while the group joined) or "claim" (after the claim); None: folded from the start.
+        self.restored_from: tuple[str, int] | None = None
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -153,6 +159,7 @@ class Worker:
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._reader: AIOKafkaConsumer | None = None
+        self._prefetch: snapshots.Prefetcher | None = None
         self._processor: Processor | None = None
         self._server: MetricsServer | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -191,14 +198,15 @@ class Worker:
         self.partitions = report.partitions[self.inbox]
         if report.created:
             self.log.info("topics.created", topics=report.created)
+        if s.prefetch_snapshots:
+            # Restore snapshots while the group join below waits on the broker (seconds).
+            await self._start_prefetch()
         self._producer = AIOKafkaProducer(
             bootstrap_servers=s.bootstrap, acks="all", linger_ms=s.linger_ms,
             max_batch_size=1024 * 1024, max_request_size=4 * 1024 * 1024,
             enable_idempotence=False, request_timeout_ms=30000,
             client_id=f"allot-worker-{self.name}")
-        await self._producer.start()
         self._reader = reader(s.bootstrap, s.fold_fetch_wait_ms, f"allot-fold-{self.name}")
-        await self._reader.start()
         self._processor = Processor(
             clusters=s.clusters, partition_of=self.partition_of, keyring=self.keyring,
             ticker_principal=s.ticker_principal, require_signatures=s.require_signatures,
@@ -211,7 +219,9 @@ class Worker:
             heartbeat_interval_ms=s.heartbeat_interval_ms,
             max_partition_fetch_bytes=4 * 1024 * 1024, client_id=f"allot-worker-{self.name}")
         self._consumer.subscribe([self.inbox], listener=_Listener(self))
-        await self._consumer.start()
+        # The group join waits on the broker for seconds: connect the producer and the reader
+        # meanwhile (the prefetch is restoring snapshots already).
+        await asyncio.gather(self._consumer.start(), self._producer.start(), self._reader.start())
         if s.metrics_port >= 0:
             loop = asyncio.get_running_loop()
 
@@ -225,6 +235,33 @@ class Worker:
         self.log.info("worker.started", bootstrap=s.bootstrap, group=s.group,
                       partitions=self.partitions, clusters=list(s.clusters))
 
+    async def _start_prefetch(self) -> None:
+        s = self.settings
+        consumer = reader(s.bootstrap, s.fold_fetch_wait_ms, f"allot-prefetch-{self.name}")
+        await consumer.start()
+        mine = {partition_for(c, self.partitions) for c in s.clusters}
+        # Partitions of the configured clusters first: the others hold no engine unless a
+        # cluster was dropped from the configuration.
+        order = sorted(range(self.partitions), key=lambda p: (p not in mine, p))
+
+        def rejected(m: snapshots.Manifest, why: str) -> None:
+            self.log.warning("snapshot.rejected", partition=m.partition,
+                             journal_offset=m.journal_offset, token=m.token, reason=why)
+
+        def failed(p: int, why: str) -> None:
+            self.log.warning("snapshot.prefetch_failed", partition=p, detail=why)
+
+        self._prefetch = snapshots.Prefetcher(consumer, self.snapshot_topic, self.journal, self.key,
+                                              order, on_reject=rejected, on_error=failed).start()
+
+    async def _close_prefetch(self) -> None:
+        pre, self._prefetch = self._prefetch, None
+        if pre is not None:
+            await pre.close()
+            if pre.dropped:
+                self.log.info("snapshot.prefetch_dropped", partitions=sorted(pre.dropped),
+                              reason="not assigned")
+
     async def run(self) -> None:
         """Start, schedule until ``stop()``, then shut down cleanly."""
         try:
@@ -236,6 +273,7 @@ class Worker:
             await self.close()
 
     async def close(self) -> None:
+        await self._close_prefetch()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -300,20 +338,28 @@ class Worker:
         assert self._consumer is not None
         self.log.debug("group.assigned", partitions=sorted(partitions))
         self._assigned_now |= partitions
+        if self._prefetch is not None:
+            self._prefetch.restrict(self._assigned_now)
         for p in partitions:
             if p not in self.owned:
                 self._to_take.add(p)
                 # Fetch nothing until the partition is rebuilt and the position set.
                 self._consumer.pause(TopicPartition(self.inbox, p))
 
-    async def _take_pending(self) -> None:
-        for p in sorted(self._to_take):
-            async with self._lock:
-                if p not in self._to_take:
-                    continue
+    def _take_order(self, p: int) -> tuple[bool, int]:
+        """Partitions holding configured clusters first: they are the ones with work waiting."""
+        return (all(partition_for(c, self.partitions) != p for c in self.settings.clusters), p)
+
+    async def _take_pending(self) -> int | None:
+        """Take one pending partition (which one, or None); the loop handles records before the next."""
+        p: int | None = None
+        async with self._lock:
+            pending = sorted((p for p in self._to_take if p in self._assigned_now),
+                             key=self._take_order)
+            self._to_take &= self._assigned_now
+            if pending:
+                p = pending[0]
                 self._to_take.discard(p)
-                if p not in self._assigned_now:
-                    continue
                 try:
                     await self._take(p)
                 except (KafkaError, AllotError) as exc:
@@ -321,6 +367,11 @@ class Worker:
                     self.log.error("partition.take_failed", partition=p, detail=str(exc))
                     self._to_take.add(p)
                     await asyncio.sleep(1.0)
+        if not self._to_take:
+            # The first assignment is rebuilt: a prefetched snapshot not taken by now is of a
+            # partition this worker does not own, and a later takeover must read afresh.
+            await self._close_prefetch()
+        return p
 
     async def _take(self, p: int) -> None:
         """Claim partition ``p``, rebuild it from the journal, and set the inbox position."""
@@ -340,9 +391,19 @@ class Worker:
             log.warning("snapshot.rejected", journal_offset=m.journal_offset, token=m.token,
                         reason=why)
 
-        restored = await snapshots.restore_latest(
-            self._reader, self.snapshot_topic, self.journal, p, claim_offset, self.key,
-            on_reject=rejected)
+        restored = await self._prefetch.take(p) if self._prefetch is not None else None
+        source = "prefetch"
+        if restored is not None:
+            why = snapshots.unusable(restored, p, claim_offset)
+            if why is not None:
+                log.warning("snapshot.prefetch_unused", journal_offset=restored.manifest.journal_offset,
+                            reason=why)
+                restored = None
+        if restored is None:
+            source = "claim"
+            restored = await snapshots.restore_latest(
+                self._reader, self.snapshot_topic, self.journal, p, claim_offset, self.key,
+                on_reject=rejected)
         if restored is not None:
             m = restored.manifest
             fold = PartitionFold(p, engines=restored.engines, fence=restored.fence,
@@ -367,6 +428,8 @@ class Worker:
         missing = fold.finish(recover=True)
         t_fold = time.perf_counter()
         st = PartitionState(p, token, claim_offset, fold.engines, 0, fold.last_inbox_offset)
+        if restored is not None:
+            st.restored_from = (source, restored.manifest.journal_offset)
         if missing:
             futs = []
             for cluster, decisions in missing.items():
@@ -397,6 +460,8 @@ class Worker:
         self.metrics.fold_seconds.observe(dt)
         log.info("partition.claimed", token=token, claim_offset=claim_offset, resume=resume,
                  snapshot=None if restored is None else restored.manifest.journal_offset,
+                 snapshot_source=None if restored is None else source,
+                 snapshot_phases=None if restored is None else restored.phases,
                  folded=fold.stats.records, fenced=fold.stats.fenced,
                  duplicates=fold.stats.duplicates, seconds=round(dt, 3),
                  snapshot_s=round(t_snap - t0, 3), fold_s=round(t_fold - t_snap, 3),
@@ -435,8 +500,13 @@ class Worker:
     async def _loop(self) -> None:
         assert self._consumer is not None
         while not self._stop.is_set():
+            wait_ms = 100
             if self._to_take:
-                await self._take_pending()
+                taken = await self._take_pending()
+                # Just took a partition with clusters: wait for its first records (its tick)
+                # before the next take; otherwise only collect what is already fetched.
+                if self._to_take and (taken is None or self._take_order(taken)[0]):
+                    wait_ms = 0
             broken = [p for p, st in self.owned.items() if st.broken]
             for p in broken:
                 async with self._lock:
@@ -446,7 +516,7 @@ class Worker:
                         await self._take(p)
             self.metrics.beat()
             try:
-                batch = await self._consumer.getmany(timeout_ms=100,
+                batch = await self._consumer.getmany(timeout_ms=wait_ms,
                                                      max_records=self.settings.max_batch)
             except KafkaError as exc:
                 self.log.warning("inbox.fetch_failed", detail=str(exc))

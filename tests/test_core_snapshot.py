@@ -112,3 +112,26 @@ def test_an_old_snapshot_is_lifted_by_its_upcaster(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setitem(UPCASTERS, SNAPSHOT_VERSION - 1, lift)
     assert Engine.restore(msgspec.msgpack.encode(old)).snapshot() == engine.snapshot()
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["collector-on", "collector-off"])
+@pytest.mark.parametrize("data", [None, b"\x00\x01garbage"], ids=["valid", "corrupt"])
+def test_snapshot_and_restore_leave_the_garbage_collector_as_they_found_it(
+        enabled: bool, data: bytes | None) -> None:
+    """The collector is paused while a snapshot is built or read, and restored after, even on error."""
+    import gc
+
+    engine = fold_log(_logs()[1])
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        blob = engine.snapshot()
+        assert gc.isenabled() is enabled
+        if data is None:
+            assert Engine.restore(blob).snapshot() == blob
+        else:
+            with pytest.raises(SnapshotError):
+                Engine.restore(data)
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -187,3 +187,6 @@ def test_kill_9_at_random_points_loses_and_doubles_nothing(live: Live, kafka: st
     claimed = [json.loads(line) for line in log.read_text().splitlines()
                if line.startswith("{") and '"partition.claimed"' in line]
     assert any(c.get("snapshot") is not None for c in claimed), "no restart used a snapshot"
+    # Restarts restore the snapshot while the group joins (the prefetch), and stay exact.
+    assert any(c.get("snapshot_source") == "prefetch" for c in claimed), \
+        "no restart used a prefetched snapshot"
