@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from scheduler.state import State
 
 NEVER = 1 << 62
+NEVER_COST = 1 << 400  # above any packed cost (see ``pack_cost``): "no victim here"
 
 # A plan's cost packed into one integer (so costs add and compare as ints); the
 # fields, least significant first, with room for any sum a cluster can reach.
@@ -175,8 +176,9 @@ class VictimIndex:
     protection ends, and the memo key covers exactly those.
     """
 
-    __slots__ = ("_base", "_ids", "_on_host", "_sorted", "_usable", "_victims", "by_node",
-                 "by_priority", "gone", "paths", "size", "unallocated_gpus", "victim_gpus")
+    __slots__ = ("_base", "_ids", "_mins", "_mins_costs", "_on_host", "_sorted", "_usable",
+                 "_victims", "by_node", "by_priority", "gone", "paths", "size", "unallocated_gpus",
+                 "victim_gpus")
 
     def __init__(self) -> None:
         self.victim_gpus: dict[str, int] = {}  # upper bound on what preemption can free per host
@@ -196,6 +198,11 @@ class VictimIndex:
         self._on_host: dict[str, list[Victim]] | None = None  # built on the first search
         self._sorted: list[tuple[str, list[Victim]]] | None = None
         self._base: VictimIndex | None = None
+        # Per host, the cost of its cheapest victim not gone, under ``_mins_costs`` (the
+        # cycle's cost model), once every one of them was costed: a lower bound on
+        # any plan there (see ``search``).
+        self._mins: dict[str, int] = {}
+        self._mins_costs: CostModel | None = None
         self.size = 0
 
     @classmethod
@@ -305,8 +312,10 @@ class VictimIndex:
         if w.id not in self._ids:
             return
         self._ids.discard(w.id)
+        mins = self._mins
         gpus = 0
         for host, g in w.placement:
+            mins.pop(host, None)
             if host in self.victim_gpus:
                 self.victim_gpus[host] -= g
                 gpus += g
@@ -329,6 +338,10 @@ class VictimIndex:
         cost_of = (costs or flat_costs(0)).of
         if hosts > 1:
             return self._search_gang(hosts, per_host, ends_by, capacity, eligible, who, cost_of)
+        if costs is None or costs is not self._mins_costs:
+            self._mins = {}
+            self._mins_costs = costs
+        mins = self._mins
         gone = self.gone
         free_of = capacity.free
         bound = self.victim_gpus
@@ -350,7 +363,17 @@ class VictimIndex:
                 # Costs only add up: a host whose cheapest victim alone costs more than
                 # the best plan so far cannot beat it (checked before any rule is asked).
                 limit = best[0][0]
-                if all(cost_of(v.w) > limit for v in victims if v.w.id not in gone):
+                cheapest = mins.get(host)
+                if cheapest is None:
+                    if all(cost_of(v.w) > limit for v in victims if v.w.id not in gone):
+                        # Every cost here was asked for (and is now fixed for the
+                        # cycle), so their minimum can be kept: later searches ask
+                        # nothing new here, exactly as the full walk would not.
+                        if costs is not None:
+                            mins[host] = min((cost_of(v.w) for v in victims
+                                              if v.w.id not in gone), default=NEVER_COST)
+                        continue
+                elif cheapest > limit:
                     continue
             items: list[tuple[Victim, int, int, str]] = []
             for v in victims:
@@ -396,11 +419,16 @@ class VictimIndex:
         bound = self.victim_gpus
         free = capacity.free
         reserved = capacity.reserved
-        candidates = sorted(
-            h for h, f in free.items()
-            if (f >= per_host or per_host - f <= bound.get(h, 0))
-            and (not reserved or capacity.allowed(h, ends_by, who))
-        )
+        # (``capacity.names`` is ``free``'s keys already sorted: the same list as
+        # sorting the hosts that pass, without a sort per search.)
+        if reserved:
+            allowed = capacity.allowed
+            candidates = [h for h in capacity.names
+                          if ((f := free[h]) >= per_host or per_host - f <= bound.get(h, 0))
+                          and allowed(h, ends_by, who)]
+        else:
+            candidates = [h for h in capacity.names
+                          if (f := free[h]) >= per_host or per_host - f <= bound.get(h, 0)]
         if len(candidates) < hosts:
             return None
         why: dict[str, str | None] = {}
