@@ -5,8 +5,8 @@ fixed set of cases (the shipped scenarios, some at a shorter horizon or another
 capacity, both policies), hashes each event log (``events.encode_lines``, the
 bytes ``allot simulate`` writes) and either records the hashes (``--record
 FILE``) or compares them with a recorded file (``--check FILE``, exit 1 on any
-difference). Each case runs in a worker process (``--workers``); wall seconds
-per case are printed, a rough speed figure on the side.
+difference). Each case runs in a worker process (``--workers``); wall and CPU
+seconds per case are printed, a rough speed figure on the side.
 
 Usage: python -m benchmarks.decision_hashes (--record FILE | --check FILE)
        [--workers N] [--only SUBSTR]
@@ -40,8 +40,8 @@ CASES: dict[str, tuple[str, float | None, int | None]] = {
 POLICIES = ("allot", "baseline")
 
 
-def run_case(name: str, policy: str) -> tuple[str, str, str, float, int]:
-    """(name, policy, sha256 of the log, wall seconds, events)."""
+def run_case(name: str, policy: str) -> tuple[str, str, str, float, float, int]:
+    """(name, policy, sha256 of the log, wall seconds, CPU seconds, events)."""
     from events import encode_lines
     from simulator.driver import Simulation
     from simulator.scenario import load_scenario
@@ -53,10 +53,10 @@ def run_case(name: str, policy: str) -> tuple[str, str, str, float, int]:
     if hosts is not None:
         scenario = msgspec.structs.replace(
             scenario, cluster=msgspec.structs.replace(scenario.cluster, hosts=hosts))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     log = Simulation(scenario, policy, SCENARIOS).run().log
-    wall = time.perf_counter() - t0
-    return name, policy, hashlib.sha256(encode_lines(log)).hexdigest(), wall, len(log)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return name, policy, hashlib.sha256(encode_lines(log)).hexdigest(), wall, cpu, len(log)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,10 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     jobs.sort(key=lambda j: j[0] not in ("ai2-month", "scale-10k-2d", "philly-50d-24h"))
     got: dict[str, str] = {}
     with ProcessPoolExecutor(args.workers) as pool:
-        for name, policy, digest, wall, n in pool.map(run_case, *zip(*jobs, strict=True)):
+        for name, policy, digest, wall, cpu, n in pool.map(run_case, *zip(*jobs, strict=True)):
             got[f"{name}/{policy}"] = digest
-            print(f"{name + '/' + policy:28s} {digest[:16]}  {wall:7.1f} s  {n:,} events",
-                  flush=True)
+            print(f"{name + '/' + policy:28s} {digest[:16]}  {wall:7.1f} s wall  {cpu:7.1f} s CPU  "
+                  f"{n:,} events", flush=True)
     if args.record:
         args.record.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
         return 0

@@ -176,7 +176,7 @@ class VictimIndex:
     protection ends, and the memo key covers exactly those.
     """
 
-    __slots__ = ("_base", "_ids", "_mins", "_mins_costs", "_on_host", "_sorted", "_usable",
+    __slots__ = ("_base", "_ids", "_mins", "_mins_costs", "_on_host", "_shared", "_sorted", "_usable",
                  "_victims", "by_node", "by_priority", "gone", "paths", "size", "unallocated_gpus",
                  "victim_gpus")
 
@@ -203,6 +203,7 @@ class VictimIndex:
         # any plan there (see ``search``).
         self._mins: dict[str, int] = {}
         self._mins_costs: CostModel | None = None
+        self._shared = False  # the counts are the base's (a fork that discarded nothing yet)
         self.size = 0
 
     @classmethod
@@ -246,24 +247,37 @@ class VictimIndex:
         return base.fork(gone)
 
     def fork(self, gone: set[str]) -> VictimIndex:
-        """A copy whose counts this cycle may change; the heavy parts are shared."""
+        """A copy whose counts this cycle may change; the heavy parts are shared.
+
+        The counts too are shared until the fork first discards a victim (most
+        cycles stop nobody), then copied (``_unshare``).
+        """
         idx = VictimIndex()
         idx.paths = self.paths
         idx._usable = self._usable
         idx._victims = self._victims
-        idx._ids = set(self._ids)
+        idx._ids = self._ids
         idx._base = self._base or self
         idx._on_host = idx._base._on_host
         idx._sorted = idx._base._sorted
-        idx.victim_gpus = dict(self.victim_gpus)
-        idx.by_node = dict(self.by_node)
-        idx.by_priority = {leaf: dict(p) for leaf, p in self.by_priority.items()}
+        idx.victim_gpus = self.victim_gpus
+        idx.by_node = self.by_node
+        idx.by_priority = self.by_priority
+        idx._shared = True
         idx.unallocated_gpus = self.unallocated_gpus
         idx.size = self.size
         idx.gone = gone
-        for w in [w for w in self._victims if w.id in gone]:
-            idx.discard(w)
+        if gone:
+            for w in [w for w in self._victims if w.id in gone]:
+                idx.discard(w)
         return idx
+
+    def _unshare(self) -> None:
+        self._ids = set(self._ids)
+        self.victim_gpus = dict(self.victim_gpus)
+        self.by_node = dict(self.by_node)
+        self.by_priority = {leaf: dict(p) for leaf, p in self.by_priority.items()}
+        self._shared = False
 
     @property
     def on_host(self) -> dict[str, list[Victim]]:
@@ -311,6 +325,8 @@ class VictimIndex:
         """``w`` stopped this cycle: it can no longer free anything."""
         if w.id not in self._ids:
             return
+        if self._shared:
+            self._unshare()
         self._ids.discard(w.id)
         mins = self._mins
         gpus = 0
