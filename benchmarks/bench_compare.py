@@ -5,19 +5,23 @@ baseline measured in the same minutes does. This script measures the same
 things in two source trees (this one, and BEFORE, a checkout of the commit to
 compare with, e.g. ``git worktree add --detach /tmp/before main``), round by
 round, alternating which tree goes first, each measurement in a fresh
-subprocess whose imports resolve to that tree. The measuring code is this
-tree's (``bench_core.build`` / ``steady_cycles``, the shipped ai2-month
-scenario), so both trees run exactly the same workload.
+subprocess whose imports resolve to that tree. The measuring code and the
+scenario file are this tree's (``bench_core.build`` / ``steady_cycles``, and
+``--scenario``), so both trees run exactly the same workload.
 
 Figures per round: decide() on the bench_core state (burst: median of
 ``--repeat`` runs; steady: median over 200 successive cycles), and, unless
-``--skip-sim``, the ai2-month simulation under the allot policy. Times are the
+``--skip-sim``, the simulation of ``--scenario`` (default: the shipped
+ai2-month) under ``--policy`` (default allot). A tree older than a scenario's
+format may not parse it: compare such a tree on a scenario it knows (the
+pre-calibration ai2-month is ``scenarios/ai2-month-light.toml``). Times are the
 process's CPU time by default (``--clock wall`` for wall time): on a machine
 shared with other work, CPU time moves far less with the load. Do not edit
 either tree while it runs. Printed: each round, then the medians and the
 after/before ratios.
 
 Usage: python -m benchmarks.bench_compare BEFORE [--rounds N] [--repeat N] [--skip-sim]
+       [--scenario FILE] [--policy allot|baseline] [--clock cpu|wall]
 """
 
 from __future__ import annotations
@@ -61,8 +65,8 @@ from simulator.scenario import load_scenario
 path = Path({scenario!r})
 sc = load_scenario(path)
 src = driver.load_sources(sc, path.parent)
-r = driver.Simulation(sc, "allot", path.parent, src).run()
-print(json.dumps({{"ai2_s": r.wall_seconds, "ai2_events": len(r.log)}}))
+r = driver.Simulation(sc, {policy!r}, path.parent, src).run()
+print(json.dumps({{"sim_s": r.wall_seconds, "sim_events": len(r.log)}}))
 """
 
 
@@ -79,7 +83,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("before", type=Path, help="a checkout of the commit to compare with")
     ap.add_argument("--rounds", type=int, default=5, help="rounds, alternating the order")
     ap.add_argument("--repeat", type=int, default=50, help="burst decide() runs per round")
-    ap.add_argument("--skip-sim", action="store_true", help="skip the ai2-month simulation")
+    ap.add_argument("--skip-sim", action="store_true", help="skip the simulation")
+    ap.add_argument("--scenario", type=Path, default=HERE / "scenarios" / "ai2-month.toml",
+                    help="the scenario to simulate (default: scenarios/ai2-month.toml)")
+    ap.add_argument("--policy", choices=("allot", "baseline"), default="allot",
+                    help="the policy to simulate (default: allot)")
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                     help="process CPU time (default: steadier on a shared machine) or wall time")
     args = ap.parse_args(argv)
@@ -88,9 +96,11 @@ def main(argv: list[str] | None = None) -> None:
     clock = "process_time" if args.clock == "cpu" else "perf_counter"
     core = CORE.format(bench=str(HERE / "benchmarks" / "bench_core.py"), repeat=args.repeat,
                        clock=clock)
-    sim = SIM.format(scenario=str(HERE / "scenarios" / "ai2-month.toml"), clock=clock)
-    print(f"machine: {machine()}")
+    sim = SIM.format(scenario=str(args.scenario.resolve()), clock=clock, policy=args.policy)
+    print(f"machine: {machine()}; load average {os.getloadavg()[0]:.2f}")
     print(f"before: {before}\nafter:  {HERE}\nclock: {args.clock}")
+    if not args.skip_sim:
+        print(f"simulation: {args.scenario} under {args.policy}")
     results: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     for r in range(args.rounds):
         order = ("before", "after") if r % 2 == 0 else ("after", "before")
@@ -104,6 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     # Noise on a shared machine only ever adds time, and drifts with the load: so
     # besides the medians, the ratio of the minima, and the median of the ratios
     # of the two measurements of each round (taken minutes apart, in turn).
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
     print("after / before:       median before    median after   ratio   min ratio   paired ratio")
     for key in results["after"][0]:
         bs = [f[key] for f in results["before"]]

@@ -44,8 +44,8 @@ class Host:
 class ClusterProjection:
     """The fold of host events and placements."""
 
-    __slots__ = ("_capacity", "by_free", "faulty", "health_version", "hosts", "labels", "max_gpus",
-                 "order", "sizes", "usable")
+    __slots__ = ("_capacity", "_usable_sorted", "by_free", "faulty", "health_version", "hosts",
+                 "labels", "max_gpus", "order", "sizes", "usable")
 
     def __init__(self) -> None:
         self.hosts: dict[str, Host] = {}
@@ -61,6 +61,19 @@ class ClusterProjection:
         self.faulty: set[str] = set()  # degraded or failed, not yet drained
         self._capacity = 0
         self.health_version = 0  # bumped when the set of healthy hosts changes (memo key)
+        self._usable_sorted: tuple[int, list[str]] = (-1, [])
+
+    def usable_sorted(self) -> list[str]:
+        """The healthy hosts' names, sorted (memoised until the healthy set changes; do not mutate).
+
+        ``usable`` is re-inserted on every change of a host's free GPUs, so its own
+        order is not the name order searches need.
+        """
+        version, names = self._usable_sorted
+        if version != self.health_version:
+            names = sorted(self.usable)
+            self._usable_sorted = (self.health_version, names)
+        return names
 
     def _index(self, h: Host) -> None:
         if h.health == OK:

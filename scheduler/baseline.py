@@ -20,6 +20,8 @@ Priority scheduling with opt-out preemption, as the brief describes it:
 
 from __future__ import annotations
 
+import heapq
+from itertools import islice
 from typing import TYPE_CHECKING
 
 from projections.cluster import DEGRADED, FAILED
@@ -85,9 +87,12 @@ def decide(state: State, cause: str = "cycle") -> list[Event]:
         return int(tree.entitlement(team) * capacity_gpus) if team in tree else 0
 
     # 3. Everything pending, in one global priority order.
-    queue: list[Workload] = [w for q in state.workloads.pending.values() for _, w in q]
-    queue += [w for q in state.workloads.pending_free.values() for _, w in q]
-    queue.sort(key=lambda w: w.queue_key)
+    # Every per-leaf queue is already sorted by ``queue_key`` (unique: it ends with
+    # the workload id), so merging them gives exactly the fully sorted list; and
+    # only the head of it is read, so only the head is merged.
+    queues = [*state.workloads.pending.values(), *state.workloads.pending_free.values()]
+    head = state.policy.queue_depth * 8
+    queue: list[Workload] = [w for _, w in islice(heapq.merge(*queues), head)]
     searches = state.policy.preemption_searches
     # The old scheduler knew no minimum runtimes or checkpoints: a victim costs the
     # work it loses (all of its run unless it resumes), then its GPUs.
@@ -96,7 +101,7 @@ def decide(state: State, cause: str = "cycle") -> list[Event]:
     # asking for at least as much with no more rights cannot succeed either.
     failed: list[tuple[int, int, bool, int]] = []
     limits: dict[str, int] = {}
-    for w in queue[: state.policy.queue_depth * 8]:
+    for w in queue:
         team = team_of[w.budget]
         if team not in limits:
             limits[team] = limit(team)

@@ -591,8 +591,19 @@ class Cycle:
     def frees(self) -> Frees:
         """When the work on each host stops being protected (for reservation planning)."""
         if self._frees is None:
-            self._frees = host_frees(self.state.cluster_state.hosts,
-                                     self.state.workloads.running, self.now)
+            # Memoised across cycles: ``host_frees`` reads only the running set and
+            # the hosts' placements, which change only with ``running_version``
+            # (starts and stops), and the host set (``health_version``).
+            state = self.state
+            key = (state.workloads.running_version, state.cluster_state.health_version,
+                   len(state.cluster_state.hosts))
+            cached = state.memo.get("frees")
+            if cached is not None and cached[0] == key:  # type: ignore[index]
+                self._frees = cached[1]  # type: ignore[index]
+            else:
+                self._frees = host_frees(state.cluster_state.hosts, state.workloads.running)
+                state.memo["frees"] = (key, self._frees)
+        assert self._frees is not None
         return self._frees
 
     @property

@@ -34,7 +34,8 @@ class ReservationConflict(AllotError):
 class Capacity:
     """Free GPUs per schedulable host, bucketed by free count, with reservations."""
 
-    __slots__ = ("_owned", "by_free", "free", "labels", "max_gpus", "reserved", "total_free")
+    __slots__ = ("_owned", "by_free", "free", "labels", "max_gpus", "names", "reserved",
+                 "total_free")
 
     def __init__(self, state: State) -> None:
         cs = state.cluster_state
@@ -44,6 +45,7 @@ class Capacity:
         self.free: dict[str, int] = cs.usable
         self.by_free: list[list[str]] = cs.by_free
         self.labels = cs.labels
+        self.names: list[str] = cs.usable_sorted()  # the keys of ``free``, sorted (shared: read only)
         self._owned = False
         # host -> (time until which it is held, the blocked workload holding it)
         self.reserved: dict[str, tuple[int, str]] = {}

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from scheduler.state import State
 
 NEVER = 1 << 62
+NEVER_COST = 1 << 400  # above any packed cost (see ``pack_cost``): "no victim here"
 
 # A plan's cost packed into one integer (so costs add and compare as ints); the
 # fields, least significant first, with room for any sum a cluster can reach.
@@ -175,8 +176,9 @@ class VictimIndex:
     protection ends, and the memo key covers exactly those.
     """
 
-    __slots__ = ("_base", "_ids", "_on_host", "_sorted", "_usable", "_victims", "by_node",
-                 "by_priority", "gone", "paths", "size", "unallocated_gpus", "victim_gpus")
+    __slots__ = ("_base", "_ids", "_mins", "_mins_costs", "_on_host", "_shared", "_sorted", "_usable",
+                 "_victims", "by_node", "by_priority", "gone", "paths", "size", "unallocated_gpus",
+                 "victim_gpus")
 
     def __init__(self) -> None:
         self.victim_gpus: dict[str, int] = {}  # upper bound on what preemption can free per host
@@ -196,6 +198,12 @@ class VictimIndex:
         self._on_host: dict[str, list[Victim]] | None = None  # built on the first search
         self._sorted: list[tuple[str, list[Victim]]] | None = None
         self._base: VictimIndex | None = None
+        # Per host, the cost of its cheapest victim not gone, under ``_mins_costs`` (the
+        # cycle's cost model), once every one of them was costed: a lower bound on
+        # any plan there (see ``search``).
+        self._mins: dict[str, int] = {}
+        self._mins_costs: CostModel | None = None
+        self._shared = False  # the counts are the base's (a fork that discarded nothing yet)
         self.size = 0
 
     @classmethod
@@ -239,24 +247,37 @@ class VictimIndex:
         return base.fork(gone)
 
     def fork(self, gone: set[str]) -> VictimIndex:
-        """A copy whose counts this cycle may change; the heavy parts are shared."""
+        """A copy whose counts this cycle may change; the heavy parts are shared.
+
+        The counts too are shared until the fork first discards a victim (most
+        cycles stop nobody), then copied (``_unshare``).
+        """
         idx = VictimIndex()
         idx.paths = self.paths
         idx._usable = self._usable
         idx._victims = self._victims
-        idx._ids = set(self._ids)
+        idx._ids = self._ids
         idx._base = self._base or self
         idx._on_host = idx._base._on_host
         idx._sorted = idx._base._sorted
-        idx.victim_gpus = dict(self.victim_gpus)
-        idx.by_node = dict(self.by_node)
-        idx.by_priority = {leaf: dict(p) for leaf, p in self.by_priority.items()}
+        idx.victim_gpus = self.victim_gpus
+        idx.by_node = self.by_node
+        idx.by_priority = self.by_priority
+        idx._shared = True
         idx.unallocated_gpus = self.unallocated_gpus
         idx.size = self.size
         idx.gone = gone
-        for w in [w for w in self._victims if w.id in gone]:
-            idx.discard(w)
+        if gone:
+            for w in [w for w in self._victims if w.id in gone]:
+                idx.discard(w)
         return idx
+
+    def _unshare(self) -> None:
+        self._ids = set(self._ids)
+        self.victim_gpus = dict(self.victim_gpus)
+        self.by_node = dict(self.by_node)
+        self.by_priority = {leaf: dict(p) for leaf, p in self.by_priority.items()}
+        self._shared = False
 
     @property
     def on_host(self) -> dict[str, list[Victim]]:
@@ -304,9 +325,13 @@ class VictimIndex:
         """``w`` stopped this cycle: it can no longer free anything."""
         if w.id not in self._ids:
             return
+        if self._shared:
+            self._unshare()
         self._ids.discard(w.id)
+        mins = self._mins
         gpus = 0
         for host, g in w.placement:
+            mins.pop(host, None)
             if host in self.victim_gpus:
                 self.victim_gpus[host] -= g
                 gpus += g
@@ -329,6 +354,10 @@ class VictimIndex:
         cost_of = (costs or flat_costs(0)).of
         if hosts > 1:
             return self._search_gang(hosts, per_host, ends_by, capacity, eligible, who, cost_of)
+        if costs is None or costs is not self._mins_costs:
+            self._mins = {}
+            self._mins_costs = costs
+        mins = self._mins
         gone = self.gone
         free_of = capacity.free
         bound = self.victim_gpus
@@ -350,7 +379,17 @@ class VictimIndex:
                 # Costs only add up: a host whose cheapest victim alone costs more than
                 # the best plan so far cannot beat it (checked before any rule is asked).
                 limit = best[0][0]
-                if all(cost_of(v.w) > limit for v in victims if v.w.id not in gone):
+                cheapest = mins.get(host)
+                if cheapest is None:
+                    if all(cost_of(v.w) > limit for v in victims if v.w.id not in gone):
+                        # Every cost here was asked for (and is now fixed for the
+                        # cycle), so their minimum can be kept: later searches ask
+                        # nothing new here, exactly as the full walk would not.
+                        if costs is not None:
+                            mins[host] = min((cost_of(v.w) for v in victims
+                                              if v.w.id not in gone), default=NEVER_COST)
+                        continue
+                elif cheapest > limit:
                     continue
             items: list[tuple[Victim, int, int, str]] = []
             for v in victims:
@@ -396,11 +435,16 @@ class VictimIndex:
         bound = self.victim_gpus
         free = capacity.free
         reserved = capacity.reserved
-        candidates = sorted(
-            h for h, f in free.items()
-            if (f >= per_host or per_host - f <= bound.get(h, 0))
-            and (not reserved or capacity.allowed(h, ends_by, who))
-        )
+        # (``capacity.names`` is ``free``'s keys already sorted: the same list as
+        # sorting the hosts that pass, without a sort per search.)
+        if reserved:
+            allowed = capacity.allowed
+            candidates = [h for h in capacity.names
+                          if ((f := free[h]) >= per_host or per_host - f <= bound.get(h, 0))
+                          and allowed(h, ends_by, who)]
+        else:
+            candidates = [h for h in capacity.names
+                          if (f := free[h]) >= per_host or per_host - f <= bound.get(h, 0)]
         if len(candidates) < hosts:
             return None
         why: dict[str, str | None] = {}

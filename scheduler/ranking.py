@@ -77,8 +77,8 @@ class Level(msgspec.Struct, frozen=True):
 class Ranking:
     """The fair-share order for one cycle; admissions update it as the cycle goes."""
 
-    __slots__ = ("_dirty", "_paths", "_sorted", "active", "children", "parent", "shares", "tree",
-                 "use", "version")
+    __slots__ = ("_dirty", "_fair", "_paths", "_sorted", "active", "children", "parent", "shares",
+                 "tree", "use", "version")
 
     def __init__(self, state: State, committed: dict[str, int]) -> None:
         tree = state.budget
@@ -99,6 +99,11 @@ class Ranking:
         self.active: dict[str, int] = {}
         self._paths: dict[str, list[str]] = st.paths
         self.version = 0  # bumped by every in-cycle commitment
+        # (leaf, commitment) -> victim leaf -> may_preempt: shared by every rule of
+        # the cycle for the same candidate leaf and commitment until a commitment
+        # changes usage (``commit`` clears it). may_preempt reads only those and
+        # ``use``, so a shared answer is the answer.
+        self._fair: dict[tuple[str, int], dict[str, bool]] = {}
 
     # -- order -------------------------------------------------------------------
 
@@ -173,6 +178,7 @@ class Ranking:
         if not gpu_seconds:
             return
         self.version += 1
+        self._fair = {}
         p: str | None = leaf
         while p is not None:
             self.use[p] += gpu_seconds
@@ -182,6 +188,14 @@ class Ranking:
             p = parent
 
     # -- preemption rule -------------------------------------------------------------
+
+    def fair_share_memo(self, leaf: str, commitment: int) -> dict[str, bool]:
+        """The shared memo of ``may_preempt(leaf, commitment, victim_leaf)`` by victim leaf."""
+        key = (leaf, commitment)
+        memo = self._fair.get(key)
+        if memo is None:
+            memo = self._fair[key] = {}
+        return memo
 
     def may_preempt(self, leaf: str, commitment: int, victim_leaf: str) -> bool:
         """Fair-share preemption test (Kueue's LessThanOrEqualToFinalShare, made strict).

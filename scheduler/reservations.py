@@ -74,12 +74,15 @@ def size_class(hosts: int) -> int:
 Frees = dict[str, list[tuple[int, int, str, "Workload"]]]
 
 
-def host_frees(hosts: dict[str, Host], running: dict[str, Workload], now: int) -> Frees:
-    """Per host, when each running workload there could stop being protected, soonest first.
+def host_frees(hosts: dict[str, Host], running: dict[str, Workload]) -> Frees:
+    """Per host, from when each running workload there could stop being protected, soonest first.
 
-    (time, GPUs there, id, workload): unallocated work at once, allocated work at
-    its protection end; work protected until it ends (no ``protected_until``) is
-    left out. One cycle's reservation planning shares it across candidates.
+    (time, GPUs there, id, workload): unallocated work from the beginning of
+    time (-1: at once, whenever asked), allocated work from its protection end;
+    work protected until it ends (no ``protected_until``) is left out. The times
+    are not clamped to a cycle's ``now`` (``ready_times`` does that), so the
+    result depends only on the running set and can be shared by every cycle
+    until that changes (the cycle memoises it on ``running_version``).
     """
     out: Frees = {}
     for name, h in hosts.items():
@@ -89,9 +92,9 @@ def host_frees(hosts: dict[str, Host], running: dict[str, Workload], now: int) -
             if other is None:
                 continue
             if not other.allocated:
-                frees.append((now, gpus, wid, other))
+                frees.append((-1, gpus, wid, other))
             elif other.protected_until is not None:
-                frees.append((max(now, other.protected_until), gpus, wid, other))
+                frees.append((other.protected_until, gpus, wid, other))
         frees.sort(key=_first_three)
         out[name] = frees
     return out
@@ -105,10 +108,16 @@ def ready_times(w: Workload, capacity: Capacity, frees: Frees, rule: Rule,
                 gone: Container[str], now: int) -> dict[str, int]:
     """Per healthy host not held for another workload, when ``w`` could have its GPUs there.
 
-    Work ``w`` may take (``rule``) counts as gone when its protection ends; other
-    work never (its end is unknown to the scheduler). Work started in this cycle
-    is protected and not ``w``'s to take (and not in ``frees``, built from the
-    state); work stopped in it is gone already.
+    Work ``w`` may take (``rule``) counts as gone when its protection ends (now,
+    if it has ended); other work never (its end is unknown to the scheduler).
+    Work started in this cycle is protected and not ``w``'s to take (and not in
+    ``frees``, built from the state); work stopped in it is gone already.
+
+    A host's time is the least ``T`` at which its free GPUs plus those of the
+    eligible work freed by ``T`` reach ``w``'s need: the first crossing in a
+    walk of ``frees`` in time order, whatever the order among equal times (so
+    clamping the times to ``now`` during the walk, rather than before the sort,
+    gives the same answer).
     """
     need = w.gpus_per_host
     wid_self = w.id
@@ -128,7 +137,7 @@ def ready_times(w: Workload, capacity: Capacity, frees: Frees, rule: Rule,
                 continue
             got += g
             if got >= need:
-                out[name] = t
+                out[name] = t if t > now else now
                 break
     return out
 

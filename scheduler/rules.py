@@ -83,7 +83,9 @@ class BudgetRule:
     """The budget policy's rule for one candidate, in one cycle (see the module docstring).
 
     The fair-share answer depends only on the victim's leaf, so it is worked out
-    once per leaf. ``commitment`` is the candidate's own (GPUs x minimum runtime).
+    once per leaf, and shared (``Ranking.fair_share_memo``) with every rule of the
+    cycle for the same leaf and commitment while usage stays the same.
+    ``commitment`` is the candidate's own (GPUs x minimum runtime).
     """
 
     __slots__ = ("_by_leaf", "budget", "commitment", "due", "hosts", "priority", "ranking")
@@ -95,7 +97,7 @@ class BudgetRule:
         self.hosts = candidate.hosts
         self.commitment = candidate.gpus * candidate.min_runtime_s
         self.due = due
-        self._by_leaf: dict[str, bool] = {}
+        self._by_leaf: dict[str, bool] = ranking.fair_share_memo(self.budget, self.commitment)
 
     def fair_share(self, victim_leaf: str) -> bool:
         """May the candidate take work of ``victim_leaf`` (another leaf) by fair share?"""
@@ -114,9 +116,13 @@ class BudgetRule:
             return RESERVATION
         if len(v.placement) > self.hosts:
             return None  # never tear down a gang larger than oneself: it frees hosts unused
-        if v.budget == self.budget:
+        leaf = v.budget
+        if leaf == self.budget:
             return PRIORITY if v.priority < self.priority else None
-        if self.fair_share(v.budget):
+        ok = self._by_leaf.get(leaf)  # (``fair_share``, inlined: this runs per victim)
+        if ok is None:
+            ok = self.fair_share(leaf)
+        if ok:
             return FAIR_SHARE
         return RESERVATION if on_due else None
 
