@@ -25,7 +25,9 @@ generated scenarios have none).
 
 ``python -m simulator.calibration SCENARIO --seeds 5`` prints the figures for
 five seeds with 95 % t-intervals, under allot (and with ``--policy both`` the
-baseline too). It prints no outcome figure, on purpose.
+baseline too). It prints no outcome figure of allot, on purpose; for the
+baseline it adds the audit's waits and occupancy, the targets of the
+baseline's people model (docs/simulation.md, "The baseline's before").
 """
 
 from __future__ import annotations
