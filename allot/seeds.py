@@ -42,6 +42,11 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("lost_gpu_hours", "GPU-hours lost to preemption", "n"),
     ("fragmentation", "fragmentation", "pct"),
     ("sim.lost_gpu_h", "GPU-hours lost (executor's count)", "n"),
+    ("sim.resubmitted", "resubmissions of lost runs", "n"),
+    ("calibration.total_demand_mean", "total demand / capacity (mean)", "x"),
+    ("calibration.total_demand_p10", "total demand / capacity (p10)", "x"),
+    ("calibration.funded_demand_mean", "funded demand / capacity (mean)", "x"),
+    ("calibration.below_entitlement", "team-hours below entitlement", "pct"),
     ("sim.debug_in_holds", "debug run inside squatters' holds", "n"),
     ("sim.wall_seconds", "wall time of one run", "s"),
 )
@@ -63,6 +68,13 @@ def audit_figures(scenario: Scenario, policy: str, result: SimResult) -> dict[st
             figures = summary(con, policy, wall_seconds=result.wall_seconds)
         finally:
             con.close()
+    # The load's calibration figures (docs/simulation.md, "Calibration") from the
+    # same run, so one multi-seed run reports the load next to the outcome.
+    from simulator.calibration import calibration_figures
+    from simulator.preemption_cost import lost_by_class
+
+    figures["calibration"] = calibration_figures(result.log)
+    figures["lost_by_class"] = lost_by_class(result.log)
     figures["sim"] = {"events": len(result.log), "cycles": result.cycles,
                       "demand_ratio": result.demand_ratio, "lost_gpu_h": result.lost_gpu_s / 3600,
                       "resubmitted": result.resubmitted, "holds": result.holds,

@@ -25,7 +25,9 @@ generated scenarios have none).
 
 ``python -m simulator.calibration SCENARIO --seeds 5`` prints the figures for
 five seeds with 95 % t-intervals, under allot (and with ``--policy both`` the
-baseline too). It prints no outcome figure, on purpose.
+baseline too). It prints no outcome figure of allot, on purpose; for the
+baseline it adds the audit's waits and occupancy, the targets of the
+baseline's people model (docs/simulation.md, "The baseline's before").
 """
 
 from __future__ import annotations
@@ -225,7 +227,21 @@ def calibration_figures(log: Iterable[Event], warmup_s: int | None = None) -> di
 
 def measure(scenario: Any, policy: str, result: Any) -> dict[str, Any]:
     """The seeds runner's callback: calibration figures plus the executor's own counts."""
+    from simulator.preemption_cost import lost_by_class
+
     figures = calibration_figures(result.log)
+    figures["lost_by_class"] = lost_by_class(result.log)
+    if policy == "baseline":
+        # The baseline's "before" targets (debug p90, waits, occupancy) are the
+        # audit's own figures; allot's outcome figures are not computed here.
+        from allot.seeds import audit_figures
+
+        audit = audit_figures(scenario, policy, result)
+        waits = audit["wait_s"]
+        figures["before"] = {"occupancy": audit["occupancy"],
+                             "wait_p50_all_s": waits["all"]["p50"],
+                             "wait_p90_all_s": waits["all"]["p90"],
+                             "wait_p90_debug_s": waits.get("debug", {}).get("p90")}
     figures.update({"lost_gpu_h": result.lost_gpu_s / 3600, "resubmitted": result.resubmitted,
                     "holds": result.holds, "debug_in_holds": result.debug_in_holds,
                     "wall_seconds": result.wall_seconds})
@@ -248,6 +264,10 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("demand_vs_entitlement_p10", "funded demand / entitlement, p10 of team-hours", "x"),
     ("demand_vs_entitlement_p50", "  p50", "x"),
     ("demand_vs_entitlement_p90", "  p90", "x"),
+    ("before.occupancy", "occupancy (baseline only)", "pct"),
+    ("before.wait_p50_all_s", "wait p50, all work (baseline only, s)", "n"),
+    ("before.wait_p90_all_s", "wait p90, all work (baseline only, s)", "n"),
+    ("before.wait_p90_debug_s", "wait p90, debug (baseline only, s)", "n"),
     ("lost_gpu_h", "GPU-hours lost to preemption (executor)", "n"),
     ("resubmitted", "resubmissions", "n"),
     ("holds", "squatters' holds submitted", "n"),

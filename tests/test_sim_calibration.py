@@ -105,3 +105,21 @@ def test_percentile_interpolates() -> None:
     assert percentile([1, 2, 3, 4], 0.5) == 2.5
     assert percentile([5], 0.9) == 5
     assert percentile([], 0.5) is None
+
+
+@pytest.mark.parametrize(("policy", "has_before"), [("allot", False), ("baseline", True)])
+def test_the_baselines_before_figures_and_no_outcome_figure_for_allot(
+        tmp_path: Path, policy: str, has_before: bool) -> None:
+    """The calibration run measures the baseline's waits and occupancy, never allot's outcome."""
+    from simulator.calibration import measure
+
+    path = tmp_path / "cal.toml"
+    # A one-hour lookback window, so the default warm-up leaves three hours to measure.
+    path.write_text(SCENARIO.replace("team_depth = 1", "team_depth = 1\nwindow_s = 3600"))
+    scenario = load_scenario(path)
+    out = measure(scenario, policy, Simulation(scenario, policy, tmp_path).run())
+    assert ("before" in out) is has_before
+    assert "lost_by_class" in out and "unallocated_share" in out
+    if has_before:
+        assert set(out["before"]) == {"occupancy", "wait_p50_all_s", "wait_p90_all_s",
+                                      "wait_p90_debug_s"}

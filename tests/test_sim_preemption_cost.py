@@ -180,3 +180,27 @@ def test_a_version_1_snapshot_restores_with_no_costs(tmp_path: Path) -> None:
     body["v"] = 1
     old = restore_state(msgspec.msgpack.encode(body)).workloads.all["eval"]
     assert (old.checkpoint_interval_s, old.restart_overhead_s) == (None, 0)
+
+
+@pytest.mark.parametrize(("contract", "key", "gpu_s"), [
+    ("resumable = true\ncheckpoint_interval_s = 600\nrestart_overhead_s = 120\n",
+     "eval.reclaim_unallocated.resumed", 8 * (400 + 120)),
+    ("resumable = true\nrestart_overhead_s = 120\n", "eval.reclaim_unallocated.resumed", 8 * 120),
+    ("", "eval.reclaim_unallocated.lost_run", 8 * 1000),
+])
+def test_the_log_breakdown_of_lost_work_matches_the_executors_charge(
+        tmp_path: Path, contract: str, key: str, gpu_s: int) -> None:
+    """lost_by_class reads the same charge from the log, under the victim's class and reason."""
+    from simulator.preemption_cost import lost_by_class
+
+    result, _ = run(tmp_path, contract)
+    figures = lost_by_class(result.log, warmup_s=0)
+    assert figures[key] == pytest.approx(gpu_s / 3600) and figures[f"{key}_n"] == 1
+    assert figures["total"] == pytest.approx(result.lost_gpu_s / 3600)
+
+
+def test_the_log_breakdown_leaves_out_preemptions_in_the_warm_up(tmp_path: Path) -> None:
+    from simulator.preemption_cost import lost_by_class
+
+    result, _ = run(tmp_path, "")
+    assert lost_by_class(result.log, warmup_s=1001)["total"] == 0

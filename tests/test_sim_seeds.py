@@ -91,6 +91,9 @@ def test_allot_simulate_seeds_writes_intervals(tmp_path: Path) -> None:
     occ = doc["stats"]["allot"]["occupancy"]
     assert occ["n"] == 2 and occ["low"] <= occ["mean"] <= occ["high"]
     assert occ["values"] == [r["figures"]["occupancy"] for r in doc["runs"]]
+    # The same runs also carry the load's calibration figures and the lost-work breakdown.
+    assert doc["stats"]["allot"]["calibration.total_demand_mean"]["n"] == 2
+    assert "lost_by_class.total" in doc["stats"]["allot"]
 
 
 def test_allot_simulate_refuses_zero_seeds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
