@@ -111,7 +111,7 @@ def test_percentile_interpolates() -> None:
 def test_the_baselines_before_figures_and_no_outcome_figure_for_allot(
         tmp_path: Path, policy: str, has_before: bool) -> None:
     """The calibration run measures the baseline's waits and occupancy, never allot's outcome."""
-    from simulator.calibration import measure
+    from allot.calibrate import measure
 
     path = tmp_path / "cal.toml"
     # A one-hour lookback window, so the default warm-up leaves three hours to measure.
