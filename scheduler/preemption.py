@@ -9,7 +9,7 @@ hosts the candidate could use, the victims to stop.
 could last resume: all of its current run if it is not resumable, the run
 since its last checkpoint if it is (``work_lost``; with no checkpoint interval
 known, a resumable workload is taken to checkpoint continuously and loses
-nothing, which is how the simulator's executor models it today). A plan's cost
+nothing, as the simulator's executor does). A plan's cost
 compares, most significant first:
 
 1. GPU-seconds of allocated work lost, then allocated GPUs taken (allocated
@@ -96,9 +96,9 @@ def work_lost(w: Workload, now: int, checkpoint_s: int | None) -> int:
 def checkpoint_interval(w: Workload, policy: Any) -> int | None:
     """The hook for a resumable workload's checkpoint interval, in seconds.
 
-    The workload's own ``checkpoint_interval_s``, else the policy's, once the
-    contract carries one (the checkpoint model is being added to the simulator);
-    today neither does, and a resumable workload loses nothing.
+    The workload's own ``checkpoint_interval_s`` (from ``workload.submitted``),
+    else a policy-wide default if the policy carries one (``PolicyConfigured``
+    has none today), else None: it checkpoints continuously and loses nothing.
     """
     own = getattr(w, "checkpoint_interval_s", None)
     return own if own else getattr(policy, "checkpoint_interval_s", None)
