@@ -192,13 +192,13 @@ def long_changelog(n: int, log_dir: Path, timeout_s: float = 180.0,
     from aiokafka import AIOKafkaProducer
 
     from streams.broker import TansuBroker, free_port
-    from streams.projections import app_id
+    from streams.projections import TABLE, app_id
     from streams.topics import ensure_topics
 
     out = []
     with TansuBroker(log_path=log_dir / "tansu-changelog.log") as b:
         asyncio.run(ensure_topics(b.bootstrap, "", 1))
-        changelog = f"{app_id('')}-windows-changelog"
+        changelog = f"{app_id('')}-{TABLE}-changelog"
 
         async def fill() -> None:
             from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -212,7 +212,7 @@ def long_changelog(n: int, log_dir: Path, timeout_s: float = 180.0,
             for i in range(n):  # each batch awaited before the next: one batch each
                 # Keys and values as Faust writes them for a str-keyed JSON table.
                 futs = [await p.send(changelog, json.dumps([3600, 0, i]).encode(),
-                                     key=json.dumps(f"c|hourly|node|lab/t{(i * per_batch + j) % 500}"
+                                     key=json.dumps(f"w|c|hourly|node|lab/t{(i * per_batch + j) % 500}"
                                                     f"|{i * per_batch + j}").encode(),
                                      partition=0)
                         for j in range(per_batch)]

@@ -2,14 +2,19 @@
 
 A faust-streaming app (``build_app``) whose one agent reads the journal topic
 (every partition, in order, concurrency 1: faust #606 commits past an in-flight
-message with more) and folds each record into five Faust tables with
-``streams.usage_windows.apply_record``: the fence (latest claim per journal
-partition), the clock and the run state per cluster, the GPUs held per key
-(rates) and the closed GPU-seconds per key and window. Every value carries the
-journal offset it reflects, so the records Faust re-delivers after a restart
-(its changelog writes and offset commits are not atomic without transactions)
-are not counted twice. Windows: hourly tumbling and daily hopping (every six
-hours) by default, any others with ``--window``.
+message with more) and folds each record into one Faust table with
+``streams.usage_windows.apply_record``. The table holds six sections: the
+fence (latest claim per journal partition), the clock and the run state per
+cluster, the GPUs held per key (rates), the closed GPU-seconds per key and
+window, and the position (last record applied) per journal partition. One
+table, not five: its single changelog keeps a record's writes in order, which
+is what makes a crash leave a prefix of them (``streams.usage_windows`` has
+the argument). Every value carries the journal offset it reflects, so a record
+Faust re-delivers after a restart counts once; the position says which records
+Faust committed without their writes (its flush can return early), and those
+are read back from the journal before going on (``fill``). Windows: hourly
+tumbling and daily hopping (every six hours) by default, any others with
+``--window``.
 
 The read endpoint, served by Faust's own web server bound to 127.0.0.1 (Faust
 binds every interface unless told; ``web_bind`` and ``web_host`` are set here,
@@ -48,6 +53,8 @@ import msgspec
 
 from events import MalformedEvent, decode
 from events.errors import AllotError
+from streams.journal import read_until, reader
+from streams.logs import logger
 from streams.records import JOURNAL, BadJournalRecord, parse_journal, topic
 from streams.usage_windows import (
     DEFAULT_WINDOWS,
@@ -55,18 +62,21 @@ from streams.usage_windows import (
     NODE,
     Stores,
     WindowSpec,
+    advance,
     apply_record,
     entitlement,
     figures,
     held,
     load_state,
+    missing,
     parse_window,
 )
 
 LOOPBACK = "127.0.0.1"
 RECOVERY_WAIT_MS = 200
 TAIL_WAIT_MS = 50
-TABLES = ("fence", "clock", "state", "rates", "windows")
+TABLE = "usage"
+STORES = ("fence", "clock", "state", "rates", "windows", "position")
 
 
 class ProjectionError(AllotError):
@@ -81,7 +91,7 @@ class Counters:
         self.skipped = 0
         self.fenced = 0
         self.unreadable = 0
-        self.offsets: dict[int, int] = {}
+        self.gaps: list[dict[str, Any]] = []  # journal ranges read back (see fill)
         self.lag_ms: deque[float] = deque(maxlen=2000)   # append -> applied, records since live
         self.started = time.time()
         self.first_record_at: float | None = None
@@ -134,35 +144,46 @@ def build_app(bootstrap: str, prefix: str = "", *, partitions: int, port: int,
     journal_name = topic(JOURNAL, prefix)
     journal = app.topic(journal_name, key_type=bytes, value_type=bytes,
                         key_serializer="raw", value_serializer="raw", partitions=partitions)
-    tables = {name: app.Table(name, default=None, partitions=partitions, key_type=str,
-                              help=f"usage projections: {name}") for name in TABLES}
-    stores = Stores(**tables)
+    table = app.Table(TABLE, default=None, partitions=partitions, key_type=str,
+                      help="usage projections: fence, clock, state, rates, windows, positions")
+    tables = {TABLE: table}
+    stores = Stores.shared(table)
     counters = Counters()
     app.allot = {"stores": stores, "counters": counters, "windows": windows,  # type: ignore[attr-defined]
                  "tables": tables}
+
+    def fold(partition: int, offset: int, value: bytes | None, headers: Any) -> None:
+        """One journal record into the tables (also one read back to fill a gap)."""
+        try:
+            rec = parse_journal(partition, offset, value, headers)
+        except BadJournalRecord:
+            counters.unreadable += 1
+            advance(stores, partition, offset)
+            return
+        ev = None
+        if rec.kind != "claim":
+            try:
+                ev = decode(rec.value)
+            except MalformedEvent:
+                counters.unreadable += 1
+                advance(stores, partition, offset)
+                return
+        res = apply_record(stores, rec, windows, ev)
+        counters.records += 1
+        counters.skipped += res.skipped
+        counters.fenced += res.fenced
 
     @app.agent(journal, concurrency=1)
     async def project(stream: Any) -> None:
         async for event in stream.events():
             msg = event.message
-            try:
-                rec = parse_journal(msg.partition, msg.offset, msg.value, msg.headers)
-            except BadJournalRecord:
-                counters.unreadable += 1
-                continue
-            ev = None
-            if rec.kind != "claim":
-                try:
-                    ev = decode(rec.value)
-                except MalformedEvent:
-                    counters.unreadable += 1
-                    continue
-            res = apply_record(stores, rec, windows, ev)
-            counters.records += 1
-            counters.skipped += res.skipped
-            counters.fenced += res.fenced
-            counters.offsets[msg.partition] = max(counters.offsets.get(msg.partition, -1),
-                                                  msg.offset)
+            gap = missing(stores, msg.partition, msg.offset)
+            if gap:
+                # Records Faust committed without their writes (see usage_windows.missing):
+                # read them back, in order, before this one. Their writes go to this
+                # event's changelog partition, which is theirs too.
+                await fill(bootstrap, journal_name, msg.partition, gap, fold, counters)
+            fold(msg.partition, msg.offset, msg.value, msg.headers)
             live_at = counters.live_at
             if msg.timestamp and live_at is not None and msg.timestamp >= live_at:
                 # Appended after the projection went live: catching up is not lag.
@@ -176,15 +197,26 @@ def build_app(bootstrap: str, prefix: str = "", *, partitions: int, port: int,
         set_fetch_wait(app, recovery_wait_ms if recovering else tail_wait_ms)
         if not recovering and counters.live_at is None:
             counters.live_at = time.time()
-        # Offsets committed (by this process or the one before it) are reflected in the
-        # tables too: Faust commits only after flushing the changelog writes.
-        for tp, nxt in list(getattr(app.consumer, "_committed_offset", {}).items()):
-            if tp.topic == journal_name and nxt:
-                counters.offsets[tp.partition] = max(counters.offsets.get(tp.partition, -1),
-                                                     int(nxt) - 1)
 
     _pages(app, stores, counters, windows)
     return app
+
+
+async def fill(bootstrap: str, journal: str, partition: int, gap: range,
+               fold: Any, counters: Counters) -> None:
+    """Read ``gap`` of a journal partition with a consumer of its own and ``fold`` each record."""
+    consumer = reader(bootstrap, client_id="allot-projections-gap")
+    await consumer.start()
+    try:
+        async for batch in read_until(consumer, journal, partition, gap.start, gap.stop - 1):
+            for m in batch:
+                fold(partition, m.offset, m.value, m.headers)
+    finally:
+        await consumer.stop()
+    counters.gaps.append({"partition": partition, "from": gap.start, "to": gap.stop - 1,
+                          "at": time.time()})
+    logger(component="projections").warning("projections.gap_filled", partition=partition, first=gap.start,
+                last=gap.stop - 1, records=len(gap))
 
 
 def consumer_of(app: Any) -> Any:
@@ -304,7 +336,9 @@ def status(app: Any, stores: Stores, counters: Counters,
         "app": app.conf.id,
         "records": counters.records, "skipped_redelivered": counters.skipped,
         "fenced": counters.fenced, "unreadable": counters.unreadable,
-        "offsets": {str(p): o for p, o in sorted(counters.offsets.items())},
+        # The last record applied per journal partition, as stored with the state.
+        "offsets": {str(p): int(o) for p, o in sorted(list(stores.position.items()))},
+        "gaps_filled": counters.gaps,
         "clusters": {c: {"t": int(v[0]), "offset": int(v[1])}
                      for c, v in sorted(list(stores.clock.items()))},
         "lag": counters.lag(),
@@ -314,7 +348,7 @@ def status(app: Any, stores: Stores, counters: Counters,
         "recovering": counters.live_at is None,
         "fetch_wait_ms": fetch_wait_of(app),
         "windows": [msgspec.to_builtins(w) for w in windows],
-        "keys": {name: len(getattr(stores, name)) for name in TABLES},
+        "keys": {name: len(getattr(stores, name)) for name in STORES},
     }
 
 

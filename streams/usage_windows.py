@@ -14,12 +14,15 @@ so it is tested without a broker and the Faust agent only moves values:
   ``workload.preempted`` / ``workload.finished`` / ``workload.cancelled``; an
   input answered by a rejection never happened. Its output is *rate changes*:
   the GPUs held on a key (allocated or not) going up or down at an instant.
-- ``apply_record``: folds one journal record into a ``Stores`` (five
-  mappings: fence, clock, cluster state, rates, windows), writing each value
-  with the journal offset it reflects. A value whose offset is at or past the
-  record's already reflects it and is left alone, so a record re-delivered
-  after a restart counts once (Faust re-delivers the last inputs after a
-  crash: its changelog writes and offset commits are not atomic).
+- ``apply_record``: folds one journal record into a ``Stores`` (six stores:
+  fence, clock, cluster state, rates, windows and the position per journal
+  partition; live, six sections of one table), writing each value with the
+  journal offset it reflects. A value whose offset is at or past the record's
+  already reflects it and is left alone, so a record re-delivered after a
+  restart counts once.
+- ``missing``: the records between the stored position and the one the
+  consumer delivers, which the consumer will never deliver again; the live
+  projection reads them from the journal and applies them first.
 - ``figures``: the windows as of the cluster's clock: the closed GPU-seconds
   stored per window plus the open part of each rate since its last change.
 
@@ -28,15 +31,35 @@ value instead of one value per running key and window; usage is written only
 when a key's GPU count changes (a start or a stop), for the windows the
 interval since that key's previous change spans.
 
-Why the write order matters: per record, each changed rate key's windows are
-written before the rate itself, then the cluster state, then the clock. Faust
-sends a partition's changelog records in that order through one producer, and
-commits an input offset only after flushing them, so a restart recovers a
-*prefix* of one record's writes and re-delivers that record. A rate already at
-the record's offset then means its windows are there too; a rate before it
-still describes the interval its missing windows need. The pure tests replay
-records after cutting their writes at every point and demand exactly-once
-figures.
+Why the write order matters, and why one table: per record, each changed
+rate key's windows are written before the rate itself, then the cluster state,
+then the clock, then the position. A value at or past the record's offset is
+trusted to mean that everything written before it for that record is stored
+too, so the argument needs a restart to recover a *prefix* of the writes, and
+the stores therefore share one mapping (``Stores.shared``: ``Section`` views
+over one Faust table, keys ``f|``, ``c|``, ``s|``, ``r|``, ``w|``, ``p|``):
+
+1. every write made while folding a record of journal partition *p* goes to
+   partition *p* of that one table's changelog (Faust writes a table's
+   changelog to the partition of the event being processed,
+   ``Table._send_changelog``), in the order the fold made them;
+2. Faust's producer buffer is a FIFO queue drained by one task, and aiokafka
+   appends a partition's records to its batches in call order and keeps at
+   most one produce request in flight per partition (the sender mutes a
+   partition until its request completes, and re-enqueues a failed batch at
+   the front), so the broker appends them in that order.
+
+A kill -9 therefore leaves each changelog partition with a prefix of the
+writes: the recovered table is the fold of the records up to the stored
+position plus a prefix of the next one. Where the consumer resumes is a
+separate matter (Faust's committed offset, which can be past the position:
+``missing``), so the projection compares the two and reads back what lies
+between. With five tables (five changelog topics) step 2 held per topic only:
+each partition's batch is sent when its own linger expires, so a rate could be
+stored and its windows lost (the kill -9 test once saw one host's daily
+windows 48 GPU-s short). The pure tests replay records after cutting their
+writes at every point, with re-delivery from before the cut or from past it,
+and demand exactly-once figures.
 """
 
 from __future__ import annotations
@@ -170,6 +193,7 @@ def parse_window(text: str) -> WindowSpec:
 # state[cluster]       ClusterState as a dict (its "o": offset) runs, budgets, the open input
 # rates[rate key]      [alloc GPUs, unalloc GPUs, since, offset]
 # windows[window key]  [alloc GPU-s, unalloc GPU-s, offset]     closed up to each rate's since
+# position[partition]  offset                                   the last record fully applied
 
 
 def rate_key(cluster: str, dim: str, key: str) -> str:
@@ -187,21 +211,75 @@ def split_window_key(wk: str) -> tuple[str, str, str, str, int]:
     return cluster, spec, dim, key, int(start)
 
 
-class Stores:
-    """The five mappings a projection writes: plain dicts in tests, Faust tables live."""
+class Section(MutableMapping[str, Any]):
+    """The keys of one store inside a shared mapping, each stored as ``tag + '|' + key``.
 
-    __slots__ = ("clock", "fence", "rates", "state", "windows")
+    Reads that list a store (``items``, ``keys``, ``len``) scan the shared
+    mapping; only the readers (``figures``, ``held``, ``/status``) list, and
+    the fold itself only gets and sets single keys.
+    """
+
+    __slots__ = ("_base", "_prefix")
+
+    def __init__(self, base: MutableMapping[str, Any], tag: str) -> None:
+        if not tag or "|" in tag:
+            raise WindowError(f"section tag {tag!r} must be non-empty, without '|'")
+        self._base = base
+        self._prefix = f"{tag}|"
+
+    def __getitem__(self, key: str) -> Any:
+        return self._base[self._prefix + key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        # The base's own get, not Mapping.get's KeyError path: a Faust table with
+        # ``default=None`` answers a missing key with None rather than raising.
+        v = self._base.get(self._prefix + key)
+        return default if v is None else v
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._base[self._prefix + key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._base[self._prefix + key]
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._base.get(self._prefix + key) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        n = len(self._prefix)
+        return iter([k[n:] for k in list(self._base.keys()) if k.startswith(self._prefix)])
+
+    def __len__(self) -> int:
+        return sum(1 for k in list(self._base.keys()) if k.startswith(self._prefix))
+
+
+# Section tags in the shared mapping (one letter: they prefix every changelog key).
+SECTION_TAGS = {"fence": "f", "clock": "c", "state": "s", "rates": "r", "windows": "w",
+                "position": "p"}
+
+
+class Stores:
+    """The mappings a projection writes: plain dicts in tests, sections of one Faust table live."""
+
+    __slots__ = ("clock", "fence", "position", "rates", "state", "windows")
 
     def __init__(self, fence: MutableMapping[str, Any] | None = None,
                  clock: MutableMapping[str, Any] | None = None,
                  state: MutableMapping[str, Any] | None = None,
                  rates: MutableMapping[str, Any] | None = None,
-                 windows: MutableMapping[str, Any] | None = None) -> None:
+                 windows: MutableMapping[str, Any] | None = None,
+                 position: MutableMapping[str, Any] | None = None) -> None:
         self.fence: MutableMapping[str, Any] = {} if fence is None else fence
         self.clock: MutableMapping[str, Any] = {} if clock is None else clock
         self.state: MutableMapping[str, Any] = {} if state is None else state
         self.rates: MutableMapping[str, Any] = {} if rates is None else rates
         self.windows: MutableMapping[str, Any] = {} if windows is None else windows
+        self.position: MutableMapping[str, Any] = {} if position is None else position
+
+    @classmethod
+    def shared(cls, base: MutableMapping[str, Any]) -> Stores:
+        """Every store as a section of ``base``: one changelog, so one ordered log of writes."""
+        return cls(**{name: Section(base, tag) for name, tag in SECTION_TAGS.items()})
 
 
 class ClusterState(msgspec.Struct, kw_only=True):
@@ -366,7 +444,48 @@ class Applied(msgspec.Struct, kw_only=True):
 
 def apply_record(stores: Stores, rec: JournalRecord, windows: tuple[WindowSpec, ...],
                  event: Event | None = None) -> Applied:
-    """Fold one journal record into ``stores``; every value written carries ``rec.offset``."""
+    """Fold one journal record into ``stores``; every value written carries ``rec.offset``.
+
+    The record's last write is its partition's position (``advance``), so a
+    stored position means every write of that record is stored too.
+    """
+    res = _apply(stores, rec, windows, event)
+    advance(stores, rec.partition, rec.offset)
+    return res
+
+
+def advance(stores: Stores, partition: int, offset: int) -> None:
+    """Record that the journal record at ``offset`` of ``partition`` is fully applied.
+
+    Called for every record, also for one that changes nothing (a fenced or
+    unreadable record, a tick at the same time), so that ``missing`` can tell
+    a record the consumer skipped from one that changed nothing.
+    """
+    p = str(partition)
+    pos = stores.position.get(p)
+    if pos is None or int(pos) < offset:
+        stores.position[p] = offset
+
+
+def missing(stores: Stores, partition: int, offset: int) -> range:
+    """The offsets before ``offset`` of ``partition`` never applied: empty unless records were skipped.
+
+    The consumer resumes from its committed offset, and Faust can commit an
+    offset whose changelog writes a crash then loses: ``ProducerBuffer.flush``
+    returns after 0.1 s without progress, and does not wait for the message its
+    sender has taken off the queue but not yet handed to aiokafka. The records
+    in between would never come again. The position, stored with the state it
+    describes (the tracking record of pyeventsourcing), says where the state
+    really is; the caller reads the missing records from the journal and
+    applies them before ``offset``.
+    """
+    pos = stores.position.get(str(partition))
+    start = 0 if pos is None else int(pos) + 1
+    return range(start, max(start, offset))
+
+
+def _apply(stores: Stores, rec: JournalRecord, windows: tuple[WindowSpec, ...],
+           event: Event | None) -> Applied:
     p = str(rec.partition)
     o = rec.offset
     fence = stores.fence.get(p)
@@ -496,19 +615,23 @@ __all__ = [
     "HOST",
     "HOUR",
     "NODE",
+    "SECTION_TAGS",
     "Applied",
     "ClusterState",
     "RateChange",
+    "Section",
     "Stores",
     "UsageFold",
     "WindowError",
     "WindowSpec",
+    "advance",
     "apply_record",
     "entitlement",
     "figures",
     "held",
     "hopping",
     "load_state",
+    "missing",
     "node_path",
     "parse_window",
     "prune_windows",
