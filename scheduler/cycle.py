@@ -41,8 +41,8 @@ from projections.cluster import FAILED
 from projections.workloads import Workload
 from scheduler.emit import Emitter
 from scheduler.placement import NEVER, Capacity
-from scheduler.preemption import CostModel, VictimIndex, checkpoint_interval
-from scheduler.ranking import Ranking, commitments
+from scheduler.preemption import CostModel, Plan, VictimIndex, checkpoint_interval
+from scheduler.ranking import Ranking, commitments, fair_share_time
 from scheduler.reservations import Book, Frees, Reservation, host_frees, ready_times, size_class
 from scheduler.rules import BudgetRule, Due, less_used
 
@@ -194,7 +194,18 @@ class Cycle:
         if not by_shape:
             return
         ranking = self.ranking
-        ranking.activate(list(by_shape))
+        # The active counts depend only on which leaves wait and the tree: kept
+        # across cycles until either changes (most cycles follow one event).
+        state = self.state
+        key = (tuple(by_shape), state.budget.version)
+        cached = state.memo.get("active")
+        if ranking.active:
+            ranking.activate(list(by_shape))
+        elif cached is not None and cached[0] == key:  # type: ignore[index]
+            ranking.active = dict(cached[1])  # type: ignore[index]
+        else:
+            ranking.activate(list(by_shape))
+            state.memo["active"] = (key, dict(ranking.active))
         depth = self.policy.queue_depth
         # Per leaf and shape: how far this cycle has read, and the shortest minimum
         # runtime that already failed there (only shorter ones can do better).
@@ -210,16 +221,25 @@ class Cycle:
             while True:
                 # The next workload in the leaf's serving order among the shapes
                 # that could start now; shapes that cannot are not even read.
-                best: tuple[tuple[int, int, int, str], Shape, int, Workload] | None = None
+                # (Heads in serving order, then the first whose shape could start: the
+                # same choice as the least head among shapes that could, asking
+                # could_start as rarely as possible.)
+                heads: list[tuple[tuple[int, int, int, str], Shape, int, Workload]] = []
                 for shape, queue in shapes.items():
                     i = cursor.get(shape, 0)
                     if floor:
                         f = floor.get(shape)
                         if f is not None:
                             i = cursor[shape] = _next_shorter(queue, i, f, depth)
-                    if i < len(queue) and (best is None or queue[i][0] < best[0]) \
-                            and self.could_start(leaf, shape):
-                        best = (queue[i][0], shape, i, queue[i][1])
+                    if i < len(queue):
+                        heads.append((queue[i][0], shape, i, queue[i][1]))
+                if len(heads) > 1:
+                    heads.sort(key=_head_key)
+                best = None
+                for head in heads:
+                    if self.could_start(leaf, head[1]):
+                        best = head
+                        break
                 if best is None:
                     break
                 _, shape, i, w = best
@@ -293,7 +313,7 @@ class Cycle:
                 if hosts >= n:
                     return True
         if self.searches_left > 0 and self.victims().size:
-            key = (leaf, self.capacity.total_free, self.victims().size, self.ranking.version)
+            key = (leaf, cap.total_free, self.victims().size, self.ranking.version)
             bound = self._reach.get(key)
             if bound is None:
                 bound = self._reach[key] = self.freeable(leaf, 0)
@@ -343,8 +363,7 @@ class Cycle:
         self.settle_reservation()
         if budgeted:
             self.searches_left -= 1
-        plan = self.victims().search(n, k, ends_by, self.capacity,
-                                     rule or BudgetRule(self.ranking, w), w.id, self.costs)
+        plan = self.search(w, ends_by, rule)
         if plan is None:
             self.note_failed(w, commitment)
             return False
@@ -360,15 +379,98 @@ class Cycle:
             self.leftover = True
         return True
 
+    def search(self, w: Workload, ends_by: int, rule: BudgetRule | None) -> Plan | None:
+        """The victim search for ``w``, skipped when the failure memo knows its answer.
+
+        See ``failures``: a search that failed whatever the costs, at a world
+        this cycle has not changed, fails again at the same world. Its one
+        lasting effect, the keep values fixed by costing victims, is repeated.
+        """
+        victims = self.victims()
+        n, k = w.hosts, w.gpus_per_host
+        costs = self.costs
+        memo = None if rule is not None else self.failures()
+        if memo is None:
+            return victims.search(n, k, ends_by, self.capacity, rule or BudgetRule(self.ranking, w),
+                                  w.id, costs)
+        key = ("search", _identity(w), victims.serial, self._blocked(w.id, ends_by))
+        asked = memo.get(key)
+        if asked is not None:
+            for budget in asked:
+                costs.prime(budget)
+            return None
+        costs.trail = trail = set()
+        try:
+            plan = victims.search(n, k, ends_by, self.capacity, BudgetRule(self.ranking, w), w.id,
+                                  costs)
+        finally:
+            costs.trail = None
+        if plan is None and victims.exact_fail:
+            memo[key] = frozenset(trail)
+        return plan
+
+    def failures(self) -> dict[tuple[object, ...], frozenset[str]] | None:
+        """The failure memo for the world as this cycle sees it, or None once the cycle changed it.
+
+        A victim search or a reservation plan for a pending workload ``w`` is a
+        function of ``w`` and of: the free GPUs and the reservations on the
+        hosts; the running set (victims, and when each host's work stops being
+        protected); the victims' eligibility under ``w``'s rule, i.e. the
+        fair-share order (usage at the fair-share instant, commitments, shares);
+        and, for a search, which work is past its protection now. Until this
+        cycle starts or stops anything or commits usage, the free GPUs are the
+        state's (``running_version``, ``health_version``), the order is the
+        state's at the fair-share instant (those, ``budget.version``, the
+        policy), and the victims are those of the victim index's build
+        (``VictimIndex.serial``: rebuilt when a protection ends). The memo is
+        keyed on exactly that, plus per entry ``w``, the reservations it may
+        not use (``_blocked``) and the index serial; it holds only failures
+        that no cost decided (``VictimIndex.exact_fail``; a plan that reached
+        too few hosts). Submissions, cancellations and time inside one
+        fair-share period change none of it, which is most cycles.
+        """
+        if self.gone or self.capacity.version or (self._ranking is not None and self._ranking.version):
+            return None
+        state = self.state
+        world = (state.workloads.running_version, state.cluster_state.health_version,
+                 state.budget.version, fair_share_time(state), state.policy)
+        cached = state.memo.get("failures")
+        if cached is None or cached[0] != world:  # type: ignore[index]
+            cached = state.memo["failures"] = (world, {})
+        return cached[1]  # type: ignore[index,no-any-return]
+
+    def _blocked(self, wid: str, ends_by: int) -> tuple[str, ...]:
+        """Reserved hosts that work of ``wid`` protected until ``ends_by`` may not use."""
+        reserved = self.capacity.reserved
+        if not reserved:
+            return ()
+        return tuple(sorted(h for h, (until, holder) in reserved.items()
+                            if holder != wid and ends_by > until))
+
     def settle_reservation(self) -> None:
-        """Work out the reservations noted earlier in this cycle (lazily: see scheduler.reservations)."""
+        """Work out the reservations noted earlier in this cycle (lazily: see scheduler.reservations).
+
+        A plan that reaches fewer hosts than the workload needs does not depend
+        on the time (only on which hosts become reachable), so it goes into the
+        failure memo, keyed on the reservations held for others.
+        """
         while self.to_reserve:
             w = self.to_reserve.pop(0)
+            memo = self.failures()
+            key = None
+            if memo is not None:
+                key = ("plan", _identity(w), tuple(sorted((h, r[1]) for h, r in self.capacity.reserved.items()
+                                                  if r[1] != w.id)))
+                if key in memo:
+                    self.book.plan(w, {})  # what a plan reaching too few hosts does: the slot back
+                    continue
             ready = ready_times(w, self.capacity, self.frees, BudgetRule(self.ranking, w),
                                 self.gone, self.now)
             r = self.book.plan(w, ready)
             if r is not None:
                 self.emit.reserved(w.id, r.hosts, r.until)
+            elif key is not None and sum(1 for t in ready.values() if t < NEVER) < w.hosts:
+                memo[key] = frozenset()
 
     def note_failed(self, w: Workload, commitment: int) -> None:
         """Remember a failed search in ``w``'s leaf (only entries no other one covers)."""
@@ -643,6 +745,16 @@ class Cycle:
         for h, g in w.placement:
             self.capacity.give(h, g)
         self.emit.preempted(w.id, reason, by, requeued=w.resumable)
+
+
+def _head_key(head: tuple[tuple[int, int, int, str], Shape, int, Workload]
+              ) -> tuple[int, int, int, str]:
+    return head[0]
+
+
+def _identity(w: Workload) -> tuple[object, ...]:
+    """What a search or plan reads of its workload (the id alone could be reused)."""
+    return (w.id, w.budget, w.priority, w.hosts, w.gpus_per_host, w.min_runtime_s)
 
 
 def _next_shorter(queue: list[tuple[tuple[int, int, int, str], Workload]], i: int, floor: int,

@@ -35,7 +35,7 @@ class Capacity:
     """Free GPUs per schedulable host, bucketed by free count, with reservations."""
 
     __slots__ = ("_owned", "by_free", "free", "labels", "max_gpus", "names", "reserved",
-                 "total_free")
+                 "total_free", "version")
 
     def __init__(self, state: State) -> None:
         cs = state.cluster_state
@@ -50,6 +50,9 @@ class Capacity:
         # host -> (time until which it is held, the blocked workload holding it)
         self.reserved: dict[str, tuple[int, str]] = {}
         self.total_free = sum(self.free.values())
+        # Bumped by every change of free GPUs (not by reservations), so a cycle can
+        # keep an answer that reads only ``free`` / ``by_free`` until it moves.
+        self.version = 0
 
     # -- mutation (cycle-local) -----------------------------------------------------
 
@@ -67,6 +70,7 @@ class Capacity:
         self.free[host] = f
         insort(self.by_free[f], host)
         self.total_free += delta
+        self.version += 1
 
     def take(self, host: str, gpus: int) -> None:
         self._move(host, -gpus)

@@ -33,7 +33,7 @@ preempted in vain.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from itertools import combinations
+from itertools import combinations, count
 from typing import TYPE_CHECKING, Any
 
 from projections.workloads import Workload
@@ -107,7 +107,7 @@ def checkpoint_interval(w: Workload, policy: Any) -> int | None:
 class CostModel:
     """What stopping each workload costs in one cycle (memoised per workload)."""
 
-    __slots__ = ("_costs", "_keep", "checkpoint", "keep_value", "now")
+    __slots__ = ("_costs", "_keep", "checkpoint", "keep_value", "now", "trail")
 
     def __init__(self, now: int, checkpoint: Callable[[Workload], int | None],
                  keep_value: Callable[[str], int]) -> None:
@@ -116,8 +116,18 @@ class CostModel:
         self.keep_value = keep_value
         self._costs: dict[str, int] = {}
         self._keep: dict[str, int] = {}
+        # When a set: the budgets of every workload costed, for a caller that must
+        # later repeat the asks' one lasting effect (``prime``) without the search.
+        self.trail: set[str] | None = None
+
+    def prime(self, budget: str) -> None:
+        """Fix ``budget``'s keep value now, as costing one of its workloads would."""
+        if budget not in self._keep:
+            self._keep[budget] = self.keep_value(budget)
 
     def of(self, w: Workload) -> int:
+        if self.trail is not None:
+            self.trail.add(w.budget)
         c = self._costs.get(w.id)
         if c is None:
             lost = work_lost(w, self.now, self.checkpoint(w) if w.resumable else None)
@@ -162,6 +172,9 @@ class Plan:
 # Given a running workload, the preemption reason when the candidate may take it, else None.
 Eligibility = Callable[[Workload], str | None]
 
+# Serial numbers of built victim indexes (a memo key, never part of a decision).
+_SERIALS = count(1)
+
 # Subsets of a component's victim gangs tried exhaustively up to this many; beyond
 # it, only the cheapest-first prefixes (a bound on search cost, rarely reached).
 _EXHAUSTIVE_GANGS = 6
@@ -177,8 +190,8 @@ class VictimIndex:
     """
 
     __slots__ = ("_base", "_ids", "_mins", "_mins_costs", "_on_host", "_shared", "_sorted", "_usable",
-                 "_victims", "by_node", "by_priority", "gone", "paths", "size", "unallocated_gpus",
-                 "victim_gpus")
+                 "_victims", "by_node", "by_priority", "exact_fail", "gone", "paths", "serial", "size",
+                 "unallocated_gpus", "victim_gpus")
 
     def __init__(self) -> None:
         self.victim_gpus: dict[str, int] = {}  # upper bound on what preemption can free per host
@@ -205,11 +218,17 @@ class VictimIndex:
         self._mins_costs: CostModel | None = None
         self._shared = False  # the counts are the base's (a fork that discarded nothing yet)
         self.size = 0
+        # Which built index this is (forks share their base's): two forks with the
+        # same serial and no workload gone hold the same victims.
+        self.serial = 0
+        # Set by ``search``: its None did not depend on any cost (see ``search``).
+        self.exact_fail = False
 
     @classmethod
     def build(cls, state: State) -> tuple[VictimIndex, int]:
         """The index of ``state`` (no workload gone yet), and when a protection next ends."""
         idx = cls()
+        idx.serial = next(_SERIALS)
         now = state.now
         idx.paths = state.budget.structure().paths
         usable = idx._usable = state.cluster_state.usable
@@ -253,6 +272,7 @@ class VictimIndex:
         cycles stop nobody), then copied (``_unshare``).
         """
         idx = VictimIndex()
+        idx.serial = self.serial
         idx.paths = self.paths
         idx._usable = self._usable
         idx._victims = self._victims
@@ -350,8 +370,17 @@ class VictimIndex:
         who: str = "",
         costs: CostModel | None = None,
     ) -> Plan | None:
-        """The cheapest plan placing ``hosts`` x ``per_host`` GPUs for ``who``, or None."""
+        """The cheapest plan placing ``hosts`` x ``per_host`` GPUs for ``who``, or None.
+
+        After a None, ``exact_fail`` says whether it held whatever the costs:
+        always for one host (a plan exists iff some allowed host's free GPUs and
+        eligible victims cover the request, which the knapsack finds whatever
+        it costs), and for a gang when it failed before any cost was asked
+        (too few candidate hosts, too few that eligible victims could ready, or
+        it fits without preemption). The cycle's failure memo needs that.
+        """
         cost_of = (costs or flat_costs(0)).of
+        self.exact_fail = False
         if hosts > 1:
             return self._search_gang(hosts, per_host, ends_by, capacity, eligible, who, cost_of)
         if costs is None or costs is not self._mins_costs:
@@ -407,6 +436,7 @@ class VictimIndex:
             if best is None or key < best[0]:
                 best = (key, [(items[i][0], items[i][3]) for i in found[1]])
         if best is None:
+            self.exact_fail = True
             return None
         (cost, _, host), chosen = best
         return Plan([host], chosen, cost)
@@ -446,6 +476,7 @@ class VictimIndex:
             candidates = [h for h in capacity.names
                           if (f := free[h]) >= per_host or per_host - f <= bound.get(h, 0)]
         if len(candidates) < hosts:
+            self.exact_fail = True
             return None
         why: dict[str, str | None] = {}
 
@@ -472,10 +503,12 @@ class VictimIndex:
                 if ready >= hosts:
                     break
         if ready < hosts:
+            self.exact_fail = True
             return None
         ready_free = [h for h in candidates if free[h] >= per_host]
         need = hosts - len(ready_free)
         if need <= 0:
+            self.exact_fail = True
             return None  # it fits without preemption; the caller places it directly
         busy = [h for h in candidates if free[h] < per_host]
         busy_set = set(busy)

@@ -77,8 +77,8 @@ class Level(msgspec.Struct, frozen=True):
 class Ranking:
     """The fair-share order for one cycle; admissions update it as the cycle goes."""
 
-    __slots__ = ("_dirty", "_fair", "_paths", "_sorted", "active", "children", "parent", "shares",
-                 "tree", "use", "version")
+    __slots__ = ("_dirty", "_fair", "_paths", "_pristine", "_sorted", "active", "children", "parent",
+                 "shares", "tree", "use", "version")
 
     def __init__(self, state: State, committed: dict[str, int]) -> None:
         tree = state.budget
@@ -87,15 +87,30 @@ class Ranking:
         self.shares = st.shares
         self.children = st.children
         self.parent = st.parent
-        use = state.usage.usage_of(st.leaves, fair_share_time(state))
-        for leaf, c in committed.items():
-            if leaf in use:
-                use[leaf] += c
-        for path, kids in st.internal:
-            use[path] = sum([use[c] for c in kids])
-        self.use: dict[str, int] = use
-        self._sorted: dict[str, list[str]] = {}
-        self._dirty: set[str] = set(self.children)
+        # The order at the cycle's start is a function of the usage at the
+        # fair-share instant, the commitments (``commitments``: the running set
+        # and that instant), the tree and the policy: kept across cycles with
+        # that key, with every level sorted at that order (``_pristine``; a
+        # level sorted after an in-cycle commitment is not kept).
+        fs = fair_share_time(state)
+        key = (state.workloads.running_version, fs, tree.version, state.policy)
+        cached = state.memo.get("ranking")
+        if cached is not None and cached[0] == key and cached[1] is committed:  # type: ignore[index]
+            self.use: dict[str, int] = dict(cached[2])  # type: ignore[index]
+            self._pristine: dict[str, list[str]] = cached[3]  # type: ignore[index]
+        else:
+            use = state.usage.usage_of(st.leaves, fs)
+            for leaf, c in committed.items():
+                if leaf in use:
+                    use[leaf] += c
+            for path, kids in st.internal:
+                use[path] = sum([use[c] for c in kids])
+            self.use = use
+            self._pristine = {}
+            state.memo["ranking"] = (key, committed, dict(use), self._pristine)
+        # Sorted lists are replaced, never changed in place, so they can be shared.
+        self._sorted: dict[str, list[str]] = dict(self._pristine)
+        self._dirty: set[str] = set(self.children).difference(self._pristine)
         self.active: dict[str, int] = {}
         self._paths: dict[str, list[str]] = st.paths
         self.version = 0  # bumped by every in-cycle commitment
@@ -115,8 +130,10 @@ class Ranking:
 
     def sorted_children(self, path: str) -> list[str]:
         if path in self._dirty:
-            self._sorted[path] = sorted(self.children[path], key=self._key)
+            order = self._sorted[path] = sorted(self.children[path], key=self._key)
             self._dirty.discard(path)
+            if not self.version:
+                self._pristine[path] = order
         return self._sorted[path]
 
     def leaf_order(self) -> list[str]:

@@ -1,0 +1,92 @@
+"""The cycle's failure memo (``Cycle.failures``) changes no decision, and is really used.
+
+A victim search or reservation plan that failed at a world the cycle has not
+changed is not run again at the same world (see ``scheduler.cycle.Cycle.failures``
+for the key). These tests run whole scenarios with the memo and with it
+turned off and demand byte-identical logs, check that the memo skipped a
+real share of the work (so the comparison proves something), and pin the
+pieces of the key one by one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from events import encode_lines
+from scheduler import cycle as cycle_mod
+from scheduler import preemption
+from scheduler.preemption import CostModel
+from simulator.driver import Simulation
+from simulator.scenario import load_scenario, with_overrides
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+
+
+def _run(name: str, days: float | None, policy: str = "allot") -> bytes:
+    sc = load_scenario(SCENARIOS / f"{name}.toml")
+    if days is not None:
+        sc = with_overrides(sc, horizon_days=days)
+    return encode_lines(Simulation(sc, policy, SCENARIOS).run().log)
+
+
+class Counts:
+    def __init__(self) -> None:
+        self.asked = 0      # searches the cycle asked for
+        self.searched = 0   # searches really run
+        self.planned = 0    # reservation plans really worked out
+
+
+@pytest.fixture
+def counts(monkeypatch: pytest.MonkeyPatch) -> Counts:
+    c = Counts()
+    ask, real, plan = cycle_mod.Cycle.search, preemption.VictimIndex.search, cycle_mod.ready_times
+
+    def asked(self, *a, **k):  # type: ignore[no-untyped-def]
+        c.asked += 1
+        return ask(self, *a, **k)
+
+    def searched(self, *a, **k):  # type: ignore[no-untyped-def]
+        c.searched += 1
+        return real(self, *a, **k)
+
+    def planned(*a, **k):  # type: ignore[no-untyped-def]
+        c.planned += 1
+        return plan(*a, **k)
+
+    monkeypatch.setattr(cycle_mod.Cycle, "search", asked)
+    monkeypatch.setattr(preemption.VictimIndex, "search", searched)
+    monkeypatch.setattr(cycle_mod, "ready_times", planned)
+    return c
+
+
+@pytest.mark.parametrize(("name", "days"), [("ai2-month", 3.0), ("demo", None),
+                                            ("ai2-month-heavy", 2.0)])
+def test_the_log_is_the_same_without_the_memo(name: str, days: float | None, counts: Counts,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    with_memo = _run(name, days)
+    asked, searched, planned = counts.asked, counts.searched, counts.planned
+    monkeypatch.setattr(cycle_mod.Cycle, "failures", lambda self: None)
+    without = _run(name, days)
+    assert with_memo == without
+    assert counts.asked - asked == asked, "the same searches were asked for"
+    if name != "demo":  # the demo is too small for repeats; the month runs are not
+        assert searched < 0.95 * asked, f"the memo skipped too little: {searched} of {asked}"
+        assert planned < counts.planned - planned, "no reservation plan was skipped"
+
+
+def test_priming_fixes_the_keep_value_as_costing_would() -> None:
+    seen: list[str] = []
+
+    def keep(leaf: str) -> int:
+        seen.append(leaf)
+        return len(seen)
+
+    costs = CostModel(0, lambda w: None, keep)
+    costs.prime("lab/a")
+    costs.prime("lab/a")
+    assert seen == ["lab/a"], "primed once, then fixed for the cycle"
+    costs.trail = trail = set()
+    costs.prime("lab/b")
+    assert trail == set(), "priming is not costing"
