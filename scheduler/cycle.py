@@ -120,6 +120,7 @@ class Cycle:
         self.failed: dict[str, list[tuple[int, int, int]]] = {}
         self.to_reserve: list[Workload] = []  # noted for a reservation, not yet worked out
         self._reach: dict[tuple[str, int, int, int], int] = {}  # could_start's per-leaf bound
+        self._failures: dict[tuple[object, ...], frozenset[str]] | None = None  # see failures()
         self.searches_left = self.policy.preemption_searches
         self.leftover = False  # a preemption freed more than its preemptor took
         self.started: set[str] = set()  # workloads started in this cycle
@@ -431,13 +432,15 @@ class Cycle:
         """
         if self.gone or self.capacity.version or (self._ranking is not None and self._ranking.version):
             return None
-        state = self.state
-        world = (state.workloads.running_version, state.cluster_state.health_version,
-                 state.budget.version, fair_share_time(state), state.policy)
-        cached = state.memo.get("failures")
-        if cached is None or cached[0] != world:  # type: ignore[index]
-            cached = state.memo["failures"] = (world, {})
-        return cached[1]  # type: ignore[index,no-any-return]
+        if self._failures is None:  # the world is the state's: looked up once per cycle
+            state = self.state
+            world = (state.workloads.running_version, state.cluster_state.health_version,
+                     state.budget.version, fair_share_time(state), state.policy)
+            cached = state.memo.get("failures")
+            if cached is None or cached[0] != world:  # type: ignore[index]
+                cached = state.memo["failures"] = (world, {})
+            self._failures = cached[1]  # type: ignore[index]
+        return self._failures
 
     def _blocked(self, wid: str, ends_by: int) -> tuple[str, ...]:
         """Reserved hosts that work of ``wid`` protected until ``ends_by`` may not use."""

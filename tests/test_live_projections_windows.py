@@ -303,6 +303,17 @@ class OrderedLog(dict):
         super().__delitem__(k)
 
 
+def _fold_logged(records: list) -> tuple[OrderedLog, Stores, list[int]]:
+    """Fold ``records`` into one ordered log; also where each record's writes end in it."""
+    base = OrderedLog()
+    shared = Stores.shared(base)
+    ends = []
+    for r in records:
+        apply_record(shared, r, WINDOWS)
+        ends.append(len(base.log))
+    return base, shared, ends
+
+
 def _replayed(log: list) -> Stores:
     """What Faust recovers from a changelog holding ``log``: the last value per key."""
     base: dict = {}
@@ -316,10 +327,7 @@ def _replayed(log: list) -> Stores:
 
 def test_sections_of_one_mapping_fold_to_the_same_figures(demo_log: list) -> None:
     records = as_records(demo_log[:1500])
-    base = OrderedLog()
-    shared = Stores.shared(base)
-    for r in records:
-        apply_record(shared, r, WINDOWS)
+    base, shared, _ = _fold_logged(records)
     assert _all(shared) == _all(_fold(records))
     tags = {k.split("|", 1)[0] for k in base}
     assert tags == {"f", "c", "s", "r", "w", "p"}, "every store writes into the one mapping"
@@ -332,12 +340,7 @@ def test_a_cut_of_the_one_changelog_recovers_exactly(demo_log: list,
     """The live layout: crash anywhere in the single ordered log, re-deliver, exact figures."""
     records = as_records(demo_log[:1500])
     want = _all(_fold(records))
-    base = OrderedLog()
-    shared = Stores.shared(base)
-    ends = []
-    for r in records:
-        apply_record(shared, r, WINDOWS)
-        ends.append(len(base.log))
+    base, _, ends = _fold_logged(records)
     cut = data.draw(st.integers(0, len(base.log)), label="writes that reached the changelog")
     # Faust commits an offset only after flushing, so the first record whose
     # writes may be cut, and possibly a few before it, are delivered again.
@@ -411,10 +414,7 @@ def test_records_committed_without_their_writes_are_read_back(demo_log: list,
     """
     records = as_records(demo_log[:1500])
     want = _all(_fold(records))
-    base = OrderedLog()
-    shared = Stores.shared(base)
-    for r in records:
-        apply_record(shared, r, WINDOWS)
+    base, _, _ = _fold_logged(records)
     cut = data.draw(st.integers(0, len(base.log)), label="writes that reached the changelog")
     recovered = _replayed(base.log[:cut])
     pos = recovered.position.get("0")
@@ -435,12 +435,7 @@ def test_without_reading_the_gap_back_usage_is_lost(demo_log: list) -> None:
     """The control: resuming past lost writes without ``missing`` loses usage."""
     records = as_records(demo_log[:1500])
     want = _all(_fold(records))
-    base = OrderedLog()
-    shared = Stores.shared(base)
-    ends = []
-    for r in records:
-        apply_record(shared, r, WINDOWS)
-        ends.append(len(base.log))
+    base, _, ends = _fold_logged(records)
     k = next(i for i in range(len(records) // 2, len(records))
              if b'"workload.started"' in records[i].value
              and any(key.startswith("r|") for key, _ in base.log[ends[i - 1]:ends[i]]))
