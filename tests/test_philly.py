@@ -7,6 +7,7 @@ import csv
 import datetime as dt
 import math
 import pathlib
+import pickle
 import time
 import tomllib
 
@@ -355,6 +356,14 @@ def test_missing_file_is_reported(tmp_path: pathlib.Path) -> None:
         load(Config(path="nope/philly.csv"), seed=1, base_dir=tmp_path)
     assert info.value.path == tmp_path / "nope" / "philly.csv"
     assert str(tmp_path / "nope" / "philly.csv") in str(info.value)
+
+
+def test_trace_errors_survive_a_process_boundary(tmp_path: pathlib.Path) -> None:
+    """A worker process can report the error itself: it pickles with its path, line and column."""
+    err = PhillyTraceError("bad number", path=tmp_path / "t.csv", line=7, column="num_gpus")
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is PhillyTraceError
+    assert (str(back), back.path, back.line, back.column) == (str(err), err.path, 7, "num_gpus")
 
 
 def test_bad_knobs_are_rejected_on_decode_and_in_load(tmp_path: pathlib.Path) -> None:

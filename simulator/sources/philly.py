@@ -81,9 +81,21 @@ class PhillyTraceError(AllotError, ValueError):
         if column is not None:
             where += f": column {column!r}"
         super().__init__(f"{where}: {detail}")
+        self.detail = detail
         self.path = path
         self.line = line
         self.column = column
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keyword-only arguments: the default pickling (``cls(*args)``) cannot
+        # rebuild it, and a worker process (``--seeds``, the decision hashes)
+        # would then report a broken pool instead of this error.
+        return (_rebuild_trace_error, (self.detail, self.path, self.line, self.column))
+
+
+def _rebuild_trace_error(detail: str, path: pathlib.Path, line: int | None,
+                         column: str | None) -> PhillyTraceError:
+    return PhillyTraceError(detail, path=path, line=line, column=column)
 
 
 class Config(msgspec.Struct, frozen=True, kw_only=True, tag="philly", forbid_unknown_fields=True):
