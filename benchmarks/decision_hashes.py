@@ -9,7 +9,7 @@ difference). Each case runs in a worker process (``--workers``); wall and CPU
 seconds per case are printed, a rough speed figure on the side.
 
 Usage: python -m benchmarks.decision_hashes (--record FILE | --check FILE)
-       [--workers N] [--only SUBSTR]
+       [--workers N] [--only SUBSTR] [--policy allot|baseline]
 """
 
 from __future__ import annotations
@@ -67,8 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--check", type=Path, help="compare with the hashes in FILE")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--only", default="", help="only cases whose name contains SUBSTR")
+    ap.add_argument("--policy", choices=POLICIES, help="only this policy's cases (default: both)")
     args = ap.parse_args(argv)
-    jobs = [(n, p) for n in CASES for p in POLICIES if args.only in n]
+    jobs = [(n, p) for n in CASES for p in POLICIES
+            if args.only in n and args.policy in (None, p)]
     # Longest first, so the pool finishes together.
     jobs.sort(key=lambda j: j[0] not in ("ai2-month", "scale-10k-2d", "philly-50d-24h"))
     got: dict[str, str] = {}
