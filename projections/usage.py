@@ -51,7 +51,8 @@ class UsageProjection:
         self.period_s = period_s
         self.leaves: dict[str, LeafUsage] = {}
         # usage_of() results at one instant; a leaf's entry goes when its rate
-        # changes. A memo only: it never changes an answer.
+        # changes before that instant or after its period. A memo only: it never
+        # changes an answer.
         self._cache: dict[str, int] = {}
         self._cache_at = -1
         self._cache_for: list[str] | None = None  # the leaves list the cache was filled for
@@ -77,7 +78,16 @@ class UsageProjection:
         u = self._leaf(leaf, now)
         self._accrue(u, now)
         u.rate += delta
-        self._cache.pop(leaf, None)
+        # A rate change at or after the cached instant, inside its period, leaves
+        # the usage *at* that instant as it was when the instant is a period
+        # boundary (what accrues after it is not in it, and the first accrual
+        # past it recorded it exactly: ``snap``), so a cached value there stays
+        # right: fair share asks at one boundary for a whole period while work
+        # starts and stops. Anything else forgets it (under usage_of's contract
+        # nothing else can ask again for that instant; this is only defence).
+        at = self._cache_at
+        if not (at % self.period_s == 0 and at <= now < at + self.period_s):
+            self._cache.pop(leaf, None)
 
     def _value_at(self, u: LeafUsage, t: int) -> int:
         """Windowed usage at ``t``, for ``t`` not before the leaf's last accrual."""

@@ -33,6 +33,7 @@ an ``Outcome``: how it started, or what blocks it.
 
 from __future__ import annotations
 
+from bisect import insort
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -120,7 +121,9 @@ class Cycle:
         self.failed: dict[str, list[tuple[int, int, int]]] = {}
         self.to_reserve: list[Workload] = []  # noted for a reservation, not yet worked out
         self._reach: dict[tuple[str, int, int, int], int] = {}  # could_start's per-leaf bound
-        self._failures: dict[tuple[object, ...], frozenset[str]] | None = None  # see failures()
+        self._fits: dict[Shape, bool] = {}  # could_start: fits free GPUs, at capacity version ...
+        self._fits_at = -1  # ... this one
+        self._failures: dict[tuple[object, ...], object] | None = None  # see failures()
         self.searches_left = self.policy.preemption_searches
         self.leftover = False  # a preemption freed more than its preemptor took
         self.started: set[str] = set()  # workloads started in this cycle
@@ -219,40 +222,48 @@ class Cycle:
             cursor = cursors.setdefault(leaf, {})
             floor = floors.setdefault(leaf, {})
             started = None
+            # The next workload in the leaf's serving order among the shapes that
+            # could start now; shapes that cannot are not even read. (Heads in
+            # serving order, then the first whose shape could start: the same
+            # choice as the least head among shapes that could, asking could_start
+            # as rarely as possible.) Only the shape just read gets a new head: the
+            # others' cursors and floors did not move (``_next_shorter`` of a head
+            # is that head).
+            heads: list[tuple[tuple[int, int, int, str], Shape, int, Workload]] = []
+            for shape, queue in shapes.items():
+                i = cursor.get(shape, 0)
+                if floor:
+                    f = floor.get(shape)
+                    if f is not None:
+                        i = cursor[shape] = _next_shorter(queue, i, f, depth)
+                if i < len(queue):
+                    heads.append((queue[i][0], shape, i, queue[i][1]))
+            if len(heads) > 1:
+                heads.sort(key=_head_key)
             while True:
-                # The next workload in the leaf's serving order among the shapes
-                # that could start now; shapes that cannot are not even read.
-                # (Heads in serving order, then the first whose shape could start: the
-                # same choice as the least head among shapes that could, asking
-                # could_start as rarely as possible.)
-                heads: list[tuple[tuple[int, int, int, str], Shape, int, Workload]] = []
-                for shape, queue in shapes.items():
-                    i = cursor.get(shape, 0)
-                    if floor:
-                        f = floor.get(shape)
-                        if f is not None:
-                            i = cursor[shape] = _next_shorter(queue, i, f, depth)
-                    if i < len(queue):
-                        heads.append((queue[i][0], shape, i, queue[i][1]))
-                if len(heads) > 1:
-                    heads.sort(key=_head_key)
-                best = None
-                for head in heads:
-                    if self.could_start(leaf, head[1]):
-                        best = head
-                        break
-                if best is None:
+                pos = 0
+                while pos < len(heads) and not self.could_start(leaf, heads[pos][1]):
+                    pos += 1
+                if pos == len(heads):
                     break
-                _, shape, i, w = best
+                _, shape, i, w = heads.pop(pos)
                 cursor[shape] = i + 1
                 if w.id in started_here:  # a due holder, served in step 4
-                    continue
-                if self.try_allocated(w):
+                    pass
+                elif self.try_allocated(w):
                     started = w
                     break
+                else:
+                    f = floor.get(shape)
+                    if f is None or w.min_runtime_s < f:
+                        floor[shape] = w.min_runtime_s
+                queue = shapes[shape]
+                i += 1
                 f = floor.get(shape)
-                if f is None or w.min_runtime_s < f:
-                    floor[shape] = w.min_runtime_s
+                if f is not None:
+                    i = cursor[shape] = _next_shorter(queue, i, f, depth)
+                if i < len(queue):
+                    insort(heads, (queue[i][0], shape, i, queue[i][1]), key=_head_key)
             if started is not None:
                 # Its commitment moves this allocation down the order.
                 ranking.commit(leaf, started.gpus * started.min_runtime_s)
@@ -307,12 +318,24 @@ class Cycle:
         n, k = shape
         cap = self.capacity
         if cap.total_free >= n * k:
-            by_free = cap.by_free
-            hosts = 0
-            for f in range(k, cap.max_gpus + 1):
-                hosts += len(by_free[f])
-                if hosts >= n:
-                    return True
+            # Whether it fits free GPUs is the same for every leaf: kept per shape
+            # until capacity changes.
+            if self._fits_at != cap.version:
+                self._fits = {}
+                self._fits_at = cap.version
+            fits = self._fits.get(shape)
+            if fits is None:
+                by_free = cap.by_free
+                hosts = 0
+                fits = False
+                for f in range(k, cap.max_gpus + 1):
+                    hosts += len(by_free[f])
+                    if hosts >= n:
+                        fits = True
+                        break
+                self._fits[shape] = fits
+            if fits:
+                return True
         if self.searches_left > 0 and self.victims().size:
             key = (leaf, cap.total_free, self.victims().size, self.ranking.version)
             bound = self._reach.get(key)
@@ -394,23 +417,36 @@ class Cycle:
         if memo is None:
             return victims.search(n, k, ends_by, self.capacity, rule or BudgetRule(self.ranking, w),
                                   w.id, costs)
-        key = ("search", _identity(w), victims.serial, self._blocked(w.id, ends_by))
-        asked = memo.get(key)
-        if asked is not None:
-            for budget in asked:
-                costs.prime(budget)
-            return None
+        key = ("search", _identity(w), self._blocked(w.id, ends_by))
+        known = memo.get(key)
+        own = None
+        if known is not None:
+            serial, kind, seen, asked = known  # type: ignore[misc]
+            if serial != victims.serial:
+                # An earlier build of this world: protections ended since (``recheck``).
+                own = BudgetRule(self.ranking, w)
+                again = victims.recheck(kind, seen, serial, n, k, ends_by, self.capacity, own, w.id)
+                if again is None:
+                    known = None
+                else:
+                    kind, seen, more = again
+                    asked = asked | more
+                    memo[key] = (victims.serial, kind, seen, asked)
+            if known is not None:
+                for budget in asked:
+                    costs.prime(budget)
+                return None
         costs.trail = trail = set()
         try:
-            plan = victims.search(n, k, ends_by, self.capacity, BudgetRule(self.ranking, w), w.id,
-                                  costs)
+            plan = victims.search(n, k, ends_by, self.capacity, own or BudgetRule(self.ranking, w),
+                                  w.id, costs)
         finally:
             costs.trail = None
         if plan is None and victims.exact_fail:
-            memo[key] = frozenset(trail)
+            memo[key] = (victims.serial, victims.fail_kind, victims.fail_hosts, frozenset(trail))
         return plan
 
-    def failures(self) -> dict[tuple[object, ...], frozenset[str]] | None:
+    def failures(self) -> dict[tuple[object, ...], object] | None:
         """The failure memo for the world as this cycle sees it, or None once the cycle changed it.
 
         A victim search or a reservation plan for a pending workload ``w`` is a
@@ -424,11 +460,15 @@ class Cycle:
         state's at the fair-share instant (those, ``budget.version``, the
         policy), and the victims are those of the victim index's build
         (``VictimIndex.serial``: rebuilt when a protection ends). The memo is
-        keyed on exactly that, plus per entry ``w``, the reservations it may
-        not use (``_blocked``) and the index serial; it holds only failures
-        that no cost decided (``VictimIndex.exact_fail``; a plan that reached
-        too few hosts). Submissions, cancellations and time inside one
-        fair-share period change none of it, which is most cycles.
+        keyed on exactly that world, plus per entry ``w`` and the reservations
+        it may not use (``_blocked``); a search entry also holds the build it
+        failed at. It holds only failures that no cost decided
+        (``VictimIndex.exact_fail``; a plan that reached too few hosts).
+        Submissions, cancellations and time inside one fair-share period
+        change none of it, which is most cycles. A protection that ends adds
+        victims, and only on its hosts: an entry of an earlier build of the
+        world is re-checked there alone (``VictimIndex.recheck``), not redone.
+        The preemption bound (``freeable``) is kept here too, per index serial.
         """
         if self.gone or self.capacity.version or (self._ranking is not None and self._ranking.version):
             return None
@@ -512,9 +552,23 @@ class Cycle:
         side (``rules.less_used``): so the victims it may take are whole sibling
         subtrees. Their GPUs, plus unallocated victims, plus its own leaf's of
         lower ``priority`` (all of them when None), plus free GPUs, bound what it
-        could ever get. O(siblings along its path).
+        could ever get. O(siblings along its path); kept in the failure memo
+        while the cycle has not changed its world (it reads only the victim
+        index's counts, free GPUs and the order: ``failures``).
         """
         idx = self.victims()
+        memo = self.failures()
+        if memo is not None:
+            key = ("free", leaf, commitment, priority, idx.serial)
+            known = memo.get(key)
+            if known is not None:
+                return known  # type: ignore[return-value]
+            have = self._freeable(idx, leaf, commitment, priority)
+            memo[key] = have
+            return have
+        return self._freeable(idx, leaf, commitment, priority)
+
+    def _freeable(self, idx: VictimIndex, leaf: str, commitment: int, priority: int | None) -> int:
         by_node = idx.by_node
         own = by_node.get(leaf, 0) if priority is None else idx.lower_priority_gpus(leaf, priority)
         have = self.capacity.total_free + idx.unallocated_gpus + own

@@ -108,6 +108,10 @@ class Capacity:
         r = self.reserved.get(host)
         return r is None or r[1] == who or ends_by <= r[0]
 
+    def barred(self, ends_by: int, who: str = "") -> set[str]:
+        """The hosts ``allowed`` refuses to ``who``'s work protected until ``ends_by`` (few: reserved ones)."""
+        return {h for h, (until, holder) in self.reserved.items() if holder != who and ends_by > until}
+
     def choose(self, hosts: int, per_host: int, ends_by: int, who: str = "") -> list[str] | None:
         """The hosts to use for ``hosts`` x ``per_host`` GPUs, or None when it does not fit."""
         if per_host > self.max_gpus or self.total_free < hosts * per_host:
@@ -120,12 +124,12 @@ class Capacity:
                     if not reserved or self.allowed(name, ends_by, who):
                         return [name]
             return None
-        eligible = [
-            name
-            for f in range(per_host, self.max_gpus + 1)
-            for name in by_free[f]
-            if not reserved or self.allowed(name, ends_by, who)
-        ]
+        barred = self.barred(ends_by, who) if reserved else None
+        if barred:
+            eligible = [name for f in range(per_host, self.max_gpus + 1) for name in by_free[f]
+                        if name not in barred]
+        else:
+            eligible = [name for f in range(per_host, self.max_gpus + 1) for name in by_free[f]]
         if len(eligible) < hosts:
             return None
         return pack(eligible, hosts, self.free, self.labels)

@@ -175,6 +175,9 @@ Eligibility = Callable[[Workload], str | None]
 # Serial numbers of built victim indexes (a memo key, never part of a decision).
 _SERIALS = count(1)
 
+# Earlier builds a victim index remembers (``VictimIndex.lineage``).
+_LINEAGE = 64
+
 # Subsets of a component's victim gangs tried exhaustively up to this many; beyond
 # it, only the cheapest-first prefixes (a bound on search cost, rarely reached).
 _EXHAUSTIVE_GANGS = 6
@@ -189,9 +192,10 @@ class VictimIndex:
     protection ends, and the memo key covers exactly those.
     """
 
-    __slots__ = ("_base", "_ids", "_mins", "_mins_costs", "_on_host", "_shared", "_sorted", "_usable",
-                 "_victims", "by_node", "by_priority", "exact_fail", "gone", "paths", "serial", "size",
-                 "unallocated_gpus", "victim_gpus")
+    __slots__ = ("_base", "_cands", "_cands_at", "_cands_of", "_ids", "_mins", "_mins_costs",
+                 "_on_host", "_shared", "_sorted", "_usable",
+                 "_victims", "by_node", "by_priority", "exact_fail", "fail_hosts", "fail_kind", "gone",
+                 "lineage", "paths", "serial", "size", "unallocated_gpus", "victim_gpus")
 
     def __init__(self) -> None:
         self.victim_gpus: dict[str, int] = {}  # upper bound on what preemption can free per host
@@ -216,13 +220,25 @@ class VictimIndex:
         # any plan there (see ``search``).
         self._mins: dict[str, int] = {}
         self._mins_costs: CostModel | None = None
+        # Per GPUs per host, the gang search's candidate hosts before reservations,
+        # for ``_cands_of`` at its version (cleared when a victim goes).
+        self._cands: dict[int, list[str]] = {}
+        self._cands_of: Capacity | None = None
+        self._cands_at = -1
         self._shared = False  # the counts are the base's (a fork that discarded nothing yet)
         self.size = 0
         # Which built index this is (forks share their base's): two forks with the
         # same serial and no workload gone hold the same victims.
         self.serial = 0
-        # Set by ``search``: its None did not depend on any cost (see ``search``).
+        # Set by ``search``: its None did not depend on any cost (see ``search``),
+        # and what a later index needs to re-check it (``recheck``).
         self.exact_fail = False
+        self.fail_kind = ""
+        self.fail_hosts: frozenset[str] = frozenset()
+        # Earlier builds of the same running set, healthy hosts and tree (the
+        # same world but fewer protections ended): serial -> the hosts of the
+        # victims this build has and that one had not. See ``recheck``.
+        self.lineage: dict[int, frozenset[str]] = {}
 
     @classmethod
     def build(cls, state: State) -> tuple[VictimIndex, int]:
@@ -262,8 +278,29 @@ class VictimIndex:
             base = cached[3]  # type: ignore[index]
         else:
             base, next_end = cls.build(state)
+            if cached is not None and cached[0] == key and cached[1] <= now:  # type: ignore[index]
+                base._descend_from(cached[3])  # type: ignore[index]
             state.memo["victims"] = (key, now, next_end, base)
         return base.fork(gone)
+
+    def _descend_from(self, old: VictimIndex) -> None:
+        """Record ``old`` (an earlier build of the same world) and what this one adds to it.
+
+        In one world protections only end, so this build's victims are ``old``'s
+        plus those whose protection ended since; the hosts they sit on are the
+        only ones where a search can now do better (``recheck``).
+        """
+        if not old._ids <= self._ids:  # pragma: no cover - a protection never restarts
+            return
+        usable = self._usable
+        added = frozenset(h for w in self._victims if w.id not in old._ids
+                          for h, _ in w.placement if h in usable)
+        lineage = {s: hs | added for s, hs in old.lineage.items()}
+        lineage[old.serial] = added
+        if len(lineage) > _LINEAGE:
+            for s in sorted(lineage)[: len(lineage) - _LINEAGE]:
+                del lineage[s]
+        self.lineage = lineage
 
     def fork(self, gone: set[str]) -> VictimIndex:
         """A copy whose counts this cycle may change; the heavy parts are shared.
@@ -273,6 +310,7 @@ class VictimIndex:
         """
         idx = VictimIndex()
         idx.serial = self.serial
+        idx.lineage = self.lineage
         idx.paths = self.paths
         idx._usable = self._usable
         idx._victims = self._victims
@@ -348,6 +386,7 @@ class VictimIndex:
         if self._shared:
             self._unshare()
         self._ids.discard(w.id)
+        self._cands = {}
         mins = self._mins
         gpus = 0
         for host, g in w.placement:
@@ -381,6 +420,8 @@ class VictimIndex:
         """
         cost_of = (costs or flat_costs(0)).of
         self.exact_fail = False
+        self.fail_kind = ""
+        self.fail_hosts = frozenset()
         if hosts > 1:
             return self._search_gang(hosts, per_host, ends_by, capacity, eligible, who, cost_of)
         if costs is None or costs is not self._mins_costs:
@@ -389,15 +430,18 @@ class VictimIndex:
         mins = self._mins
         gone = self.gone
         free_of = capacity.free
-        bound = self.victim_gpus
-        reserved = capacity.reserved
+        barred = capacity.barred(ends_by, who) if capacity.reserved else None
         best: tuple[tuple[int, int, str], list[tuple[Victim, str]]] | None = None
-        for host, victims in self.hosts_sorted:
-            free = free_of.get(host)
-            if free is None:
+        on_host = self.on_host
+        # The hosts with victims, by name, as the candidates are (whose free GPUs
+        # and victims can reach the request: no other host passes the bound).
+        for host in self._candidates(capacity, per_host):
+            victims = on_host.get(host)  # type: ignore[assignment]
+            if victims is None:
                 continue
+            free = free_of[host]
             deficit = per_host - free
-            if deficit > bound[host] or (reserved and not capacity.allowed(host, ends_by, who)):
+            if barred and host in barred:
                 continue
             if deficit <= 0:
                 key = (0, free, host)
@@ -437,9 +481,108 @@ class VictimIndex:
                 best = (key, [(items[i][0], items[i][3]) for i in found[1]])
         if best is None:
             self.exact_fail = True
+            self.fail_kind = "host"
             return None
         (cost, _, host), chosen = best
         return Plan([host], chosen, cost)
+
+    def recheck(self, kind: str, seen: frozenset[str], since: int, hosts: int, per_host: int,
+                ends_by: int, capacity: Capacity, eligible: Eligibility, who: str = ""
+                ) -> tuple[str, frozenset[str], set[str]] | None:
+        """Whether a search that failed exactly at build ``since`` of this world fails here too.
+
+        ``kind`` and ``seen`` are what that search left in ``fail_kind`` and
+        ``fail_hosts``. Returns None when this index might do better (the caller
+        then searches), else the failure as ``search`` would have left it here:
+        ``(fail_kind, fail_hosts, budgets)``, ``budgets`` being those of the
+        victims a full search here would cost beyond the earlier one's.
+
+        Why that is exact: between two builds of one world (``lineage``) the
+        free GPUs, reservations, fair-share order and hence every victim's
+        eligibility are the same, and victims are only added, on the hosts
+        ``lineage[since]`` names. Every other host looks to the search exactly
+        as it did, so it fails there again, costing the same victims. So:
+
+        - one host: the full search fails iff no host of the lineage passes
+          (free GPUs, the bound, allowed) with free GPUs plus eligible victims
+          covering the request (``_cover`` finds a cover iff the GPUs add up); a
+          failing search costs every eligible victim on every host that passes;
+        - a gang, failed for too few candidate hosts (``seen``): those stay
+          candidates, and only hosts of the lineage can join them;
+        - a gang, failed for too few hosts that eligible victims could ready
+          (``seen``, every candidate was counted): those stay ready, and only
+          hosts of the lineage can join them; neither failure asked any cost;
+        - a gang that fits without preemption: free GPUs alone decided it.
+        """
+        added = self.lineage.get(since)
+        if added is None:
+            return None
+        if kind == "fits":
+            return (kind, seen, set())
+        free_of = capacity.free
+        bound = self.victim_gpus
+        reserved = capacity.reserved
+        gone = self.gone
+        on_host = self.on_host
+        if kind == "host":
+            budgets: set[str] = set()
+            for host in added:
+                free = free_of.get(host)
+                if free is None:
+                    continue
+                deficit = per_host - free
+                if deficit > bound.get(host, 0) or (reserved and not capacity.allowed(host, ends_by, who)):
+                    continue
+                if deficit <= 0:
+                    return None
+                have = 0
+                for v in on_host.get(host, ()):
+                    if v.w.id not in gone and eligible(v.w) is not None:
+                        have += _gpus_on(v, host)
+                        budgets.add(v.w.budget)
+                if have >= deficit:
+                    return None
+            return (kind, seen, budgets)
+        joined: set[str] = set(seen)
+        for h in added:
+            f = free_of.get(h)
+            if (h in joined or f is None or (f < per_host and per_host - f > bound.get(h, 0))
+                    or (reserved and not capacity.allowed(h, ends_by, who))):
+                continue
+            if kind == "ready":
+                have = f
+                if have < per_host:
+                    for v in on_host.get(h, ()):
+                        if v.w.id not in gone and eligible(v.w) is not None:
+                            have += _gpus_on(v, h)
+                            if have >= per_host:
+                                break
+                if have < per_host:
+                    continue
+            elif kind != "candidates":
+                return None
+            joined.add(h)
+        if len(joined) >= hosts:
+            return None
+        return (kind, frozenset(joined), set())
+
+    def _candidates(self, capacity: Capacity, per_host: int) -> list[str]:
+        """Healthy hosts, by name, whose free GPUs plus all their victims' reach ``per_host``.
+
+        Whoever asks, before reservations: kept for the cycle's other searches
+        until its capacity changes or a victim goes.
+        """
+        if self._cands_of is not capacity or self._cands_at != capacity.version:
+            self._cands = {}
+            self._cands_of = capacity
+            self._cands_at = capacity.version
+        found = self._cands.get(per_host)
+        if found is None:
+            free, bound = capacity.free, self.victim_gpus
+            found = self._cands[per_host] = [
+                h for h in capacity.names
+                if (f := free[h]) >= per_host or per_host - f <= bound.get(h, 0)]
+        return found
 
     def _search_gang(
         self,
@@ -462,21 +605,19 @@ class VictimIndex:
         """
         gone = self.gone
         on_host = self.on_host
-        bound = self.victim_gpus
         free = capacity.free
         reserved = capacity.reserved
         # (``capacity.names`` is ``free``'s keys already sorted: the same list as
         # sorting the hosts that pass, without a sort per search.)
+        candidates = self._candidates(capacity, per_host)
         if reserved:
-            allowed = capacity.allowed
-            candidates = [h for h in capacity.names
-                          if ((f := free[h]) >= per_host or per_host - f <= bound.get(h, 0))
-                          and allowed(h, ends_by, who)]
-        else:
-            candidates = [h for h in capacity.names
-                          if (f := free[h]) >= per_host or per_host - f <= bound.get(h, 0)]
+            barred = capacity.barred(ends_by, who)
+            if barred:
+                candidates = [h for h in candidates if h not in barred]
         if len(candidates) < hosts:
             self.exact_fail = True
+            self.fail_kind = "candidates"
+            self.fail_hosts = frozenset(candidates)
             return None
         why: dict[str, str | None] = {}
 
@@ -489,7 +630,7 @@ class VictimIndex:
 
         # Feasibility first (most gang searches fail): could enough hosts be
         # readied if every eligible victim on them went? Stops counting at enough.
-        ready = 0
+        ready: list[str] = []
         for h in candidates:
             have = free[h]
             if have < per_host:
@@ -499,16 +640,19 @@ class VictimIndex:
                         if have >= per_host:
                             break
             if have >= per_host:
-                ready += 1
-                if ready >= hosts:
+                ready.append(h)
+                if len(ready) >= hosts:
                     break
-        if ready < hosts:
+        if len(ready) < hosts:
             self.exact_fail = True
+            self.fail_kind = "ready"
+            self.fail_hosts = frozenset(ready)
             return None
         ready_free = [h for h in candidates if free[h] >= per_host]
         need = hosts - len(ready_free)
         if need <= 0:
             self.exact_fail = True
+            self.fail_kind = "fits"
             return None  # it fits without preemption; the caller places it directly
         busy = [h for h in candidates if free[h] < per_host]
         busy_set = set(busy)

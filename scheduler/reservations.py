@@ -123,6 +123,7 @@ def ready_times(w: Workload, capacity: Capacity, frees: Frees, rule: Rule,
     wid_self = w.id
     reserved = capacity.reserved
     out: dict[str, int] = {}
+    takes: dict[str, bool] = {}  # the rule's answer per workload (a gang is on many hosts)
     for name, free in capacity.free.items():
         if reserved:
             held = reserved.get(name)
@@ -133,7 +134,10 @@ def ready_times(w: Workload, capacity: Capacity, frees: Frees, rule: Rule,
             continue
         got = free
         for t, g, wid, other in frees.get(name, ()):
-            if wid in gone or rule(other) is None:
+            ok = takes.get(wid)
+            if ok is None:
+                ok = takes[wid] = wid not in gone and rule(other) is not None
+            if not ok:
                 continue
             got += g
             if got >= need:

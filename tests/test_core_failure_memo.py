@@ -2,7 +2,9 @@
 
 A victim search or reservation plan that failed at a world the cycle has not
 changed is not run again at the same world (see ``scheduler.cycle.Cycle.failures``
-for the key). These tests run whole scenarios with the memo and with it
+for the key); a search failure of an earlier victim index of the world (fewer
+protections ended) is re-checked on the new victims' hosts only, and the
+preemption bound ``freeable`` is kept there too. These tests run whole scenarios with the memo and with it
 turned off and demand byte-identical logs, and check that the memo skipped a
 real share of the work (so the comparison proves something). The priming of
 keep values, the memo's one repeated effect, is tested on its own.
@@ -36,12 +38,14 @@ class Counts:
         self.asked = 0      # searches the cycle asked for
         self.searched = 0   # searches really run
         self.planned = 0    # reservation plans really worked out
+        self.held = 0       # failures of an earlier victim index re-checked and still failing
 
 
 @pytest.fixture
 def counts(monkeypatch: pytest.MonkeyPatch) -> Counts:
     c = Counts()
     ask, real, plan = cycle_mod.Cycle.search, preemption.VictimIndex.search, cycle_mod.ready_times
+    recheck = preemption.VictimIndex.recheck
 
     def asked(self, *a, **k):  # type: ignore[no-untyped-def]
         c.asked += 1
@@ -55,7 +59,13 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> Counts:
         c.planned += 1
         return plan(*a, **k)
 
+    def rechecked(self, *a, **k):  # type: ignore[no-untyped-def]
+        out = recheck(self, *a, **k)
+        c.held += out is not None
+        return out
+
     monkeypatch.setattr(cycle_mod.Cycle, "search", asked)
+    monkeypatch.setattr(preemption.VictimIndex, "recheck", rechecked)
     monkeypatch.setattr(preemption.VictimIndex, "search", searched)
     monkeypatch.setattr(cycle_mod, "ready_times", planned)
     return c
@@ -74,6 +84,19 @@ def test_the_log_is_the_same_without_the_memo(name: str, days: float | None, cou
     if name != "demo":  # the demo is too small for repeats; the month runs are not
         assert searched < 0.95 * asked, f"the memo skipped too little: {searched} of {asked}"
         assert planned < counts.planned - planned, "no reservation plan was skipped"
+        assert counts.held > 0, "no failure outlived a protection's end"
+
+
+def test_a_recheck_that_ignores_new_victims_changes_the_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The re-checks decide real cases: trusting every earlier failure would change decisions.
+
+    (So the comparison above, with and without the memo, is a test of
+    ``VictimIndex.recheck``, not of searches that would fail anyway.)
+    """
+    right = _run("ai2-month-heavy", 2.0)
+    monkeypatch.setattr(preemption.VictimIndex, "recheck",
+                        lambda self, kind, seen, *a, **k: (kind, seen, set()))
+    assert _run("ai2-month-heavy", 2.0) != right
 
 
 def test_priming_fixes_the_keep_value_as_costing_would() -> None:

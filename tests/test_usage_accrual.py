@@ -155,3 +155,32 @@ def test_same_results_as_the_bucket_by_bucket_accrual(steps: list[tuple[str, int
         boundary = now - now % period_s
         leaves = ["lab/a", "lab/b", "lab/c"]
         assert new.usage_of(leaves, boundary) == ref.usage_of(leaves, boundary)
+
+
+@seed(11)
+@settings(max_examples=300, deadline=None)
+@given(steps=st.lists(st.tuples(st.sampled_from(["lab/a", "lab/b"]), st.integers(-4, 8),
+                                st.integers(0, 400), st.booleans()), min_size=1, max_size=60),
+       period_s=st.sampled_from([1, 60, 300]), t0=st.integers(0, 10**6))
+def test_usage_of_memo_never_changes_an_answer(steps: list[tuple[str, int, int, bool]],
+                                               period_s: int, t0: int) -> None:
+    """usage_of() with its memo (kept across rate changes inside a period) equals a fresh projection's.
+
+    Rate changes land at, after and between fair-share boundaries, and queries
+    come at the current boundary and (sometimes) at ``now`` itself, so the memo
+    is filled at boundaries and at other instants before changes arrive.
+    """
+    window, bucket = 2 * HOUR, 600
+    memo = UsageProjection(window, bucket, period_s)
+    changes: list[tuple[str, int, int]] = []
+    now = t0
+    leaves = ["lab/a", "lab/b"]
+    for leaf, delta, gap, at_now in steps:
+        now += gap
+        memo.change_rate(leaf, delta, now)
+        changes.append((leaf, delta, now))
+        fresh = UsageProjection(window, bucket, period_s)
+        for name, d, t in changes:
+            fresh.change_rate(name, d, t)
+        at = now if at_now else now - now % period_s
+        assert memo.usage_of(leaves, at) == fresh.usage_of(leaves, at)
