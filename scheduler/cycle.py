@@ -248,12 +248,10 @@ class Cycle:
                     break
                 _, shape, i, w = heads.pop(pos)
                 cursor[shape] = i + 1
-                if w.id in started_here:  # a due holder, served in step 4
-                    pass
-                elif self.try_allocated(w):
-                    started = w
-                    break
-                else:
+                if w.id not in started_here:  # (a due holder was served in step 4)
+                    if self.try_allocated(w):
+                        started = w
+                        break
                     f = floor.get(shape)
                     if f is None or w.min_runtime_s < f:
                         floor[shape] = w.min_runtime_s
@@ -484,11 +482,9 @@ class Cycle:
 
     def _blocked(self, wid: str, ends_by: int) -> tuple[str, ...]:
         """Reserved hosts that work of ``wid`` protected until ``ends_by`` may not use."""
-        reserved = self.capacity.reserved
-        if not reserved:
+        if not self.capacity.reserved:
             return ()
-        return tuple(sorted(h for h, (until, holder) in reserved.items()
-                            if holder != wid and ends_by > until))
+        return tuple(sorted(self.capacity.barred(ends_by, wid)))
 
     def settle_reservation(self) -> None:
         """Work out the reservations noted earlier in this cycle (lazily: see scheduler.reservations).
@@ -558,15 +554,13 @@ class Cycle:
         """
         idx = self.victims()
         memo = self.failures()
-        if memo is not None:
-            key = ("free", leaf, commitment, priority, idx.serial)
-            known = memo.get(key)
-            if known is not None:
-                return known  # type: ignore[return-value]
-            have = self._freeable(idx, leaf, commitment, priority)
-            memo[key] = have
-            return have
-        return self._freeable(idx, leaf, commitment, priority)
+        if memo is None:
+            return self._freeable(idx, leaf, commitment, priority)
+        key = ("free", leaf, commitment, priority, idx.serial)
+        have = memo.get(key)
+        if have is None:
+            have = memo[key] = self._freeable(idx, leaf, commitment, priority)
+        return have  # type: ignore[return-value]
 
     def _freeable(self, idx: VictimIndex, leaf: str, commitment: int, priority: int | None) -> int:
         by_node = idx.by_node

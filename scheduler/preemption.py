@@ -193,7 +193,7 @@ class VictimIndex:
     """
 
     __slots__ = ("_base", "_cands", "_cands_at", "_cands_of", "_ids", "_mins", "_mins_costs",
-                 "_on_host", "_shared", "_sorted", "_usable",
+                 "_on_host", "_shared", "_usable",
                  "_victims", "by_node", "by_priority", "exact_fail", "fail_hosts", "fail_kind", "gone",
                  "lineage", "paths", "serial", "size", "unallocated_gpus", "victim_gpus")
 
@@ -213,7 +213,6 @@ class VictimIndex:
         self._victims: list[Workload] = []
         self._ids: set[str] = set()
         self._on_host: dict[str, list[Victim]] | None = None  # built on the first search
-        self._sorted: list[tuple[str, list[Victim]]] | None = None
         self._base: VictimIndex | None = None
         # Per host, the cost of its cheapest victim not gone, under ``_mins_costs`` (the
         # cycle's cost model), once every one of them was costed: a lower bound on
@@ -317,7 +316,6 @@ class VictimIndex:
         idx._ids = self._ids
         idx._base = self._base or self
         idx._on_host = idx._base._on_host
-        idx._sorted = idx._base._sorted
         idx.victim_gpus = self.victim_gpus
         idx.by_node = self.by_node
         idx.by_priority = self.by_priority
@@ -351,19 +349,9 @@ class VictimIndex:
             for victims in on_host.values():
                 victims.sort(key=_order)
             self._on_host = on_host
-            self._sorted = sorted(on_host.items())
             if self._base is not None:
                 self._base._on_host = on_host
-                self._base._sorted = self._sorted
         return self._on_host
-
-    @property
-    def hosts_sorted(self) -> list[tuple[str, list[Victim]]]:
-        """``on_host`` as (host, victims) pairs, by host name."""
-        if self._sorted is None:
-            _ = self.on_host
-        assert self._sorted is not None
-        return self._sorted
 
     def _count(self, w: Workload, gpus: int) -> None:
         if not w.allocated:
@@ -433,8 +421,8 @@ class VictimIndex:
         barred = capacity.barred(ends_by, who) if capacity.reserved else None
         best: tuple[tuple[int, int, str], list[tuple[Victim, str]]] | None = None
         on_host = self.on_host
-        # The hosts with victims, by name, as the candidates are (whose free GPUs
-        # and victims can reach the request: no other host passes the bound).
+        # The hosts with victims, by name (the candidates' order), whose free GPUs
+        # and victims can reach the request: no other host passes the bound.
         for host in self._candidates(capacity, per_host):
             victims = on_host.get(host)  # type: ignore[assignment]
             if victims is None:
