@@ -164,6 +164,7 @@ class UsageProjection:
             return dict(cache)
         get = self.leaves.get
         value_at = self._value_at
+        kmin = (now - self.window_s) // self.bucket_s + 1  # the window's first bucket at now
         out: dict[str, int] = {}
         for leaf in leaves:
             if leaf in cache:
@@ -173,7 +174,9 @@ class UsageProjection:
             if u is None:
                 v = 0
             elif u.since <= now:
-                v = value_at(u, now)
+                # An idle leaf none of whose buckets left the window is its total
+                # (what ``_value_at`` computes, without the call: most leaves idle).
+                v = value_at(u, now) if u.rate or (u.order and u.order[0] < kmin) else u.total
             elif u.snap_at == now:
                 v = u.snap
             else:

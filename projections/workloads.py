@@ -8,6 +8,7 @@ leaves: fair share decides between leaves, priority only inside one.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from typing import NamedTuple
 
 PENDING = "pending"
 RUNNING = "running"
@@ -85,6 +86,20 @@ class Workload:
         return f"Workload({self.id!r}, {self.budget}, {self.gpus} GPUs, {self.status})"
 
 
+MOVES_KEPT = 4096  # starts and stops the journal keeps (a cycle rarely makes more than a few hundred)
+
+
+class Move(NamedTuple):
+    """One change of the running set: a start (with what it started with) or a stop (``started_at`` None)."""
+
+    id: str
+    budget: str
+    gpus: int
+    allocated: bool
+    protected_until: int | None
+    started_at: int | None
+
+
 def _first(item: tuple[tuple[int, int, int, str], Workload]) -> tuple[int, int, int, str]:
     return item[0]
 
@@ -92,8 +107,8 @@ def _first(item: tuple[tuple[int, int, int, str], Workload]) -> tuple[int, int, 
 class WorkloadsProjection:
     """The fold of workload lifecycle events."""
 
-    __slots__ = ("all", "by_shape", "free_by_shape", "free_shapes", "pending", "pending_free",
-                 "running", "running_version", "seq")
+    __slots__ = ("all", "by_shape", "free_by_shape", "free_shapes", "moves", "pending",
+                 "pending_free", "running", "running_version", "seq")
 
     def __init__(self) -> None:
         self.all: dict[str, Workload] = {}
@@ -104,6 +119,15 @@ class WorkloadsProjection:
         self.pending_free: dict[str, list[tuple[tuple[int, int, int, str], Workload]]] = {}
         self.running: dict[str, Workload] = {}
         self.running_version = 0  # bumped whenever the running set changes (memo key)
+        # The latest changes of the running set, oldest first: the last
+        # ``len(moves)`` of them, which took ``running_version`` from
+        # ``running_version - len(moves)`` to where it is. A start records what
+        # it was started with (a later stop resets the workload's fields), a
+        # stop only the workload. Derived values kept incrementally across
+        # starts and stops (the fair-share base, the victim index) replay them; a reader
+        # further behind than the journal reaches recomputes. Bounded, and not
+        # part of the state (a restored state starts it empty).
+        self.moves: list[Move] = []
         self.seq = 0  # submissions seen: the last tie-breaker of the queue order
         # (hosts, GPUs per host) -> how many unallocated workloads wait with that shape
         self.free_shapes: dict[tuple[int, int], int] = {}
@@ -167,11 +191,19 @@ class WorkloadsProjection:
         w.runs += 1
         self.running[w.id] = w
         self.running_version += 1
+        self._moved(Move(w.id, w.budget, w.gpus, allocated, protected_until, now))
+
+    def _moved(self, move: Move) -> None:
+        moves = self.moves
+        moves.append(move)
+        if len(moves) > MOVES_KEPT:
+            del moves[: MOVES_KEPT // 2]
 
     def stop(self, w: Workload, status: str) -> None:
         """End a run: requeue (``PENDING``) or end with ``status``."""
         del self.running[w.id]
         self.running_version += 1
+        self._moved(Move(w.id, w.budget, 0, False, None, None))
         w.placement = ()
         w.protected_until = None
         if status == PENDING:

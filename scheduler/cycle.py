@@ -603,7 +603,7 @@ class Cycle:
         # both dimensions: they will not fit either. Once every shape is ruled out, stop.
         ruled: set[Shape] = set()
         now = self.now
-        for leaf in self.ranking.iter_leaves():
+        for leaf in self.ranking.iter_leaves_in(by_shape):
             queues = by_shape.get(leaf)
             if not queues:
                 continue

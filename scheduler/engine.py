@@ -21,6 +21,8 @@ re-derived.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 from events import ClockTicked, Event
 from scheduler.admission import InputRefused, refusal
 from scheduler.ranking import fair_share_time
@@ -110,13 +112,21 @@ class Engine:
         return True
 
     def _next_expiry(self) -> int:
-        now = self.state.now
-        nxt = NEVER
-        for w in self.state.workloads.running.values():
-            pu = w.protected_until
-            if pu is not None and now < pu < nxt:
-                nxt = pu
-        for _, until, _ in self.state.reservations.values():  # a due reservation matters too
+        state = self.state
+        now = state.now
+        # The running set's protection ends, sorted, kept while it does not change
+        # (``protected_until`` is set only by a start and cleared by a stop).
+        rv = state.workloads.running_version
+        cached = state.memo.get("protection_ends")
+        if cached is not None and cached[0] == rv:  # type: ignore[index]
+            ends: list[int] = cached[1]  # type: ignore[index]
+        else:
+            ends = sorted([pu for w in state.workloads.running.values()
+                           if (pu := w.protected_until) is not None])
+            state.memo["protection_ends"] = (rv, ends)
+        i = bisect_right(ends, now)
+        nxt = min(ends[i], NEVER) if i < len(ends) else NEVER
+        for _, until, _ in state.reservations.values():  # a due reservation matters too
             if now < until < nxt:
                 nxt = until
         return nxt

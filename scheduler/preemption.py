@@ -33,6 +33,7 @@ preempted in vain.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from heapq import heapify, heappop, heappush
 from itertools import combinations, count
 from typing import TYPE_CHECKING, Any
 
@@ -193,9 +194,10 @@ class VictimIndex:
     """
 
     __slots__ = ("_base", "_cands", "_cands_at", "_cands_of", "_ids", "_mins", "_mins_costs",
-                 "_on_host", "_shared", "_usable",
+                 "_on_host", "_placed", "_protected", "_shared", "_usable",
                  "_victims", "by_node", "by_priority", "exact_fail", "fail_hosts", "fail_kind", "gone",
-                 "lineage", "paths", "serial", "size", "unallocated_gpus", "victim_gpus")
+                 "lineage", "paths", "running_version", "serial", "size", "unallocated_gpus",
+                 "victim_gpus")
 
     def __init__(self) -> None:
         self.victim_gpus: dict[str, int] = {}  # upper bound on what preemption can free per host
@@ -210,8 +212,16 @@ class VictimIndex:
         self.paths: dict[str, list[str]] = {}
         self.gone: set[str] = set()
         self._usable: dict[str, int] = {}
-        self._victims: list[Workload] = []
+        self._victims: dict[str, Workload] = {}
         self._ids: set[str] = set()
+        # Only on a built index (``build``, ``advanced``): each victim's GPUs on
+        # healthy hosts as counted (a stopped workload's placement is cleared),
+        # the protected running work as a heap of (protected_until, id, run),
+        # entries of runs since ended left in place, and the running set it was
+        # built at.
+        self._placed: dict[str, tuple[tuple[str, int], ...]] = {}
+        self._protected: list[tuple[int, str, int]] = []
+        self.running_version = -1
         self._on_host: dict[str, list[Victim]] | None = None  # built on the first search
         self._base: VictimIndex | None = None
         # Per host, the cost of its cheapest victim not gone, under ``_mins_costs`` (the
@@ -244,27 +254,167 @@ class VictimIndex:
         """The index of ``state`` (no workload gone yet), and when a protection next ends."""
         idx = cls()
         idx.serial = next(_SERIALS)
+        idx.running_version = state.workloads.running_version
         now = state.now
         idx.paths = state.budget.structure().paths
-        usable = idx._usable = state.cluster_state.usable
-        vg = idx.victim_gpus
-        next_end = NEVER
+        idx._usable = state.cluster_state.usable
+        protected = idx._protected
         for w in state.workloads.running.values():
             if w.protected_at(now):
-                if w.protected_until is not None and w.protected_until < next_end:
-                    next_end = w.protected_until
+                if w.protected_until is not None:
+                    protected.append((w.protected_until, w.id, w.runs))
                 continue
-            gpus = 0
-            for host, g in w.placement:
-                if host in usable:
-                    vg[host] = vg.get(host, 0) + g
-                    gpus += g
-            if gpus:
-                idx._victims.append(w)
-                idx._count(w, gpus)
+            idx._add(w)
+        heapify(protected)
         idx.size = len(idx._victims)
-        idx._ids = {w.id for w in idx._victims}
-        return idx, next_end
+        idx._ids = set(idx._victims)
+        return idx, protected[0][0] if protected else NEVER
+
+    def _add(self, w: Workload) -> bool:
+        """Count ``w`` as a victim if it has GPUs on a healthy host; True if it did."""
+        usable = self._usable
+        placed = tuple([(host, g) for host, g in w.placement if host in usable])
+        gpus = sum([g for _, g in placed])
+        if not gpus:
+            return False
+        vg = self.victim_gpus
+        for host, g in placed:
+            vg[host] = vg.get(host, 0) + g
+        self._victims[w.id] = w
+        self._placed[w.id] = placed
+        self._count(w, gpus)
+        return True
+
+    def advanced(self, state: State) -> tuple[VictimIndex, int] | None:
+        """The index ``build`` would give for ``state``, from this built one, or None.
+
+        Possible when only the running set and time moved since this one was
+        built (the same healthy hosts and tree: the caller checks) and the
+        running set's journal (``WorkloadsProjection.moves``) still reaches
+        back to it. A victim is a running workload past its protection with
+        GPUs on a healthy host, so between the two states the victims change
+        only for the workloads that started or stopped (judged again as
+        ``build`` judges them) and for those whose protection ended (popped
+        off the protection heap, where a run that since ended is stale and
+        skipped). Every count is a sum of one term per victim, so adding and
+        taking back terms gives the integers a fresh build sums, and no count
+        keeps a zero a fresh build would not have; the per-host victim lists
+        are re-sorted where a victim came or went, by the same total order.
+        Nothing a search reads depends on the order victims were added in.
+        """
+        wl = state.workloads
+        behind = wl.running_version - self.running_version
+        moves = wl.moves
+        if behind < 0 or behind > len(moves):
+            return None
+        now = state.now
+        running = wl.running
+        idx = VictimIndex()
+        idx.serial = next(_SERIALS)
+        idx.running_version = wl.running_version
+        idx.paths = self.paths
+        idx._usable = self._usable
+        idx._victims = dict(self._victims)
+        idx._placed = dict(self._placed)
+        idx.victim_gpus = dict(self.victim_gpus)
+        idx.by_node = dict(self.by_node)
+        idx.by_priority = dict(self.by_priority)  # a leaf's own dict is copied when it changes
+        idx.unallocated_gpus = self.unallocated_gpus
+        protected = idx._protected = list(self._protected)
+        gone: set[str] = set()
+        came: list[Workload] = []
+        touched = {m.id for m in moves[len(moves) - behind:]} if behind else set()
+        for wid in sorted(touched):
+            if wid in idx._victims:
+                idx._take_back(wid)
+                gone.add(wid)
+            w = running.get(wid)
+            if w is None:
+                continue
+            if w.protected_at(now):
+                if w.protected_until is not None:
+                    heappush(protected, (w.protected_until, wid, w.runs))
+            else:
+                idx._unshare_priority(w.budget)
+                if idx._add(w):
+                    came.append(w)
+        while protected:
+            until, wid, run = protected[0]
+            w = running.get(wid)
+            if w is None or w.runs != run:  # that run ended: its entry is stale
+                heappop(protected)
+            elif until <= now:  # its protection ended: a victim now
+                heappop(protected)
+                idx._unshare_priority(w.budget)
+                if idx._add(w):
+                    came.append(w)
+            else:
+                break
+        idx.size = len(idx._victims)
+        idx._ids = set(idx._victims)
+        if self._on_host is not None:
+            idx._on_host = self._moved_on_host(gone, came, idx._placed)
+        return idx, protected[0][0] if protected else NEVER
+
+    def _unshare_priority(self, leaf: str) -> None:
+        prio = self.by_priority.get(leaf)
+        if prio is not None:
+            self.by_priority[leaf] = dict(prio)
+
+    def _take_back(self, wid: str) -> None:
+        """Remove a victim of this (new, unshared) index with the GPUs it was counted with."""
+        w = self._victims.pop(wid)
+        vg = self.victim_gpus
+        gpus = 0
+        for host, g in self._placed.pop(wid):
+            left = vg[host] - g
+            if left:
+                vg[host] = left
+            else:
+                del vg[host]
+            gpus += g
+        if not w.allocated:
+            self.unallocated_gpus -= gpus
+            return
+        by_node = self.by_node
+        for node in self.paths.get(w.budget, ()):
+            left = by_node[node] - gpus
+            if left:
+                by_node[node] = left
+            else:
+                del by_node[node]
+        self._unshare_priority(w.budget)
+        prio = self.by_priority[w.budget]
+        left = prio[w.priority] - gpus
+        if left:
+            prio[w.priority] = left
+        else:
+            del prio[w.priority]
+            if not prio:
+                del self.by_priority[w.budget]
+
+    def _moved_on_host(self, gone: set[str], came: list[Workload],
+                       placed: dict[str, tuple[tuple[str, int], ...]]) -> dict[str, list[Victim]]:
+        """This index's per-host victim lists with ``gone`` taken out and ``came`` put in."""
+        assert self._on_host is not None
+        on_host = dict(self._on_host)
+        changed: dict[str, list[Victim]] = {}
+        for wid in gone:
+            for host, _ in self._placed[wid]:
+                changed.setdefault(host, [])
+        for w in came:
+            v = Victim(w)
+            for host, _ in placed[w.id]:
+                changed.setdefault(host, []).append(v)
+        for host, new in changed.items():
+            victims = [v for v in on_host.get(host, ()) if v.w.id not in gone]
+            victims += new
+            if victims:
+                victims.sort(key=_order)
+                on_host[host] = victims
+            else:
+                on_host.pop(host, None)
+        return on_host
 
     @classmethod
     def for_cycle(cls, state: State, gone: set[str]) -> VictimIndex:
@@ -276,7 +426,10 @@ class VictimIndex:
         if cached is not None and cached[0] == key and cached[1] <= now < cached[2]:  # type: ignore[index]
             base = cached[3]  # type: ignore[index]
         else:
-            base, next_end = cls.build(state)
+            made = None
+            if cached is not None and cached[0][1:] == key[1:] and cached[1] <= now:  # type: ignore[index]
+                made = cached[3].advanced(state)  # type: ignore[index]
+            base, next_end = made if made is not None else cls.build(state)
             if cached is not None and cached[0] == key and cached[1] <= now:  # type: ignore[index]
                 base._descend_from(cached[3])  # type: ignore[index]
             state.memo["victims"] = (key, now, next_end, base)
@@ -292,7 +445,7 @@ class VictimIndex:
         if not old._ids <= self._ids:  # pragma: no cover - a protection never restarts
             return
         usable = self._usable
-        added = frozenset(h for w in self._victims if w.id not in old._ids
+        added = frozenset(h for w in self._victims.values() if w.id not in old._ids
                           for h, _ in w.placement if h in usable)
         lineage = {s: hs | added for s, hs in old.lineage.items()}
         lineage[old.serial] = added
@@ -324,7 +477,7 @@ class VictimIndex:
         idx.size = self.size
         idx.gone = gone
         if gone:
-            for w in [w for w in self._victims if w.id in gone]:
+            for w in [w for w in self._victims.values() if w.id in gone]:
                 idx.discard(w)
         return idx
 
@@ -341,7 +494,7 @@ class VictimIndex:
         if self._on_host is None:
             on_host: dict[str, list[Victim]] = {}
             usable = self._usable
-            for w in self._victims:
+            for w in self._victims.values():
                 v = Victim(w)
                 for host, _ in w.placement:
                     if host in usable:

@@ -18,7 +18,7 @@ Everything is integers (GPU-seconds, share weights), so comparisons are exact.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -28,6 +28,7 @@ from scheduler.rules import less_used
 KEEP_MAX = (1 << 20) - 1  # the largest keep_value (a leaf that has used nothing)
 
 if TYPE_CHECKING:
+    from projections.workloads import Move
     from scheduler.state import State
 
 
@@ -42,24 +43,135 @@ def commitments(state: State) -> dict[str, int]:
 
     Counted from the fair-share instant (see ``fair_share_time``), so that usage
     (read exactly at that instant) plus commitment stays constant while work
-    runs: what accrues is exactly what the commitment loses.
+    runs: what accrues is exactly what the commitment loses. Do not change the
+    dict returned: it is shared until the running set or the instant changes.
     """
-    now = fair_share_time(state)
-    key = (state.workloads.running_version, now)
-    cached = state.memo.get("commitments")
-    if cached is not None and cached[0] == key:  # type: ignore[index]
-        return cached[1]  # type: ignore[index, no-any-return]
-    out: dict[str, int] = {}
-    for w in state.workloads.running.values():
-        until = w.protected_until
-        if w.allocated and until is not None:
-            # Measured from the fair-share instant, or from its start if it began
-            # later (its run since then is not in the usage read at that instant).
-            since = now if w.started_at is None or w.started_at < now else w.started_at
-            if until > since:
-                out[w.budget] = out.get(w.budget, 0) + w.gpus * (until - since)
-    state.memo["commitments"] = (key, out)
-    return out
+    return _fair_share_base(state).committed
+
+
+def _commitment(gpus: int, allocated: bool, until: int | None, started_at: int | None,
+                now: int) -> int:
+    """One running workload's part of ``commitments`` at the fair-share instant ``now``."""
+    if not allocated or until is None:
+        return 0
+    # Measured from the fair-share instant, or from its start if it began later
+    # (its run since then is not in the usage read at that instant).
+    since = now if started_at is None or started_at < now else started_at
+    return gpus * (until - since) if until > since else 0
+
+
+class _FairShareBase:
+    """What every cycle's order starts from, kept across cycles (in ``State.memo``).
+
+    At one fair-share instant, tree and policy, the usage read at the instant
+    does not change (``UsageProjection.usage_of``), so the order's inputs change
+    only with the running set, through the commitments. Those are a sum of one
+    integer per running workload (``_commitment``), so a start or stop moves
+    exactly its workload's term: replaying the running set's journal
+    (``WorkloadsProjection.moves``) onto the sums gives the same integers as
+    summing afresh, and a level whose children's sums did not move keeps its
+    sorted order (``pristine``), which is a function of those sums alone.
+    Anything else (a new instant, tree or policy, or a journal that no longer
+    reaches back far enough) builds the base afresh.
+    """
+
+    __slots__ = ("committed", "fs", "parts", "policy", "pristine", "running_version", "tree",
+                 "tree_version", "use")
+
+    def __init__(self, state: State, fs: int) -> None:
+        tree = state.budget
+        st = tree.structure()
+        self.fs = fs
+        self.tree = tree
+        self.tree_version = tree.version
+        self.policy = state.policy
+        self.running_version = state.workloads.running_version
+        # Each contributing running workload's term: id -> (leaf, GPU-seconds).
+        parts: dict[str, tuple[str, int]] = {}
+        committed: dict[str, int] = {}
+        for w in state.workloads.running.values():
+            c = _commitment(w.gpus, w.allocated, w.protected_until, w.started_at, fs)
+            if c:
+                parts[w.id] = (w.budget, c)
+                committed[w.budget] = committed.get(w.budget, 0) + c
+        self.parts = parts
+        self.committed = committed
+        use = state.usage.usage_of(st.leaves, fs)
+        for leaf, c in committed.items():
+            if leaf in use:
+                use[leaf] += c
+        for path, kids in st.internal:
+            use[path] = sum([use[c] for c in kids])
+        self.use = use
+        # Each level sorted at this base's sums, filled as cycles walk the tree
+        # (``Ranking.sorted_children`` before any in-cycle commitment).
+        self.pristine: dict[str, list[str]] = {}
+
+    def current(self, state: State, fs: int) -> bool:
+        """Whether this base is (or can be brought up to) the state's, advancing it if so."""
+        tree = state.budget
+        if fs != self.fs or tree is not self.tree or tree.version != self.tree_version \
+                or state.policy != self.policy:
+            return False
+        wl = state.workloads
+        behind = wl.running_version - self.running_version
+        if not behind:
+            return True
+        moves = wl.moves
+        if behind < 0 or behind > len(moves):
+            return False
+        self._advance(moves[len(moves) - behind:], tree.structure().parent)
+        self.running_version = wl.running_version
+        return True
+
+    def _advance(self, moves: list[Move], parent: dict[str, str | None]) -> None:
+        # ``committed``, ``use`` and ``pristine`` are replaced, never changed in
+        # place: a Ranking or a caller may still hold the old ones.
+        parts = self.parts
+        delta: dict[str, int] = {}
+        for m in moves:
+            if m.started_at is None:  # a stop: take back its term, if it had one
+                part = parts.pop(m.id, None)
+                if part is not None:
+                    delta[part[0]] = delta.get(part[0], 0) - part[1]
+            else:
+                c = _commitment(m.gpus, m.allocated, m.protected_until, m.started_at, self.fs)
+                if c:
+                    parts[m.id] = (m.budget, c)
+                    delta[m.budget] = delta.get(m.budget, 0) + c
+        if not any(delta.values()):
+            return
+        committed = dict(self.committed)
+        use = dict(self.use)
+        stale: set[str] = set()
+        for leaf, d in delta.items():
+            if not d:
+                continue
+            left = committed.get(leaf, 0) + d
+            if left:
+                committed[leaf] = left
+            else:
+                del committed[leaf]
+            if leaf in use:
+                p: str | None = leaf
+                while p is not None:
+                    use[p] += d
+                    p = parent.get(p)
+                    if p is not None:
+                        stale.add(p)
+        self.committed = committed
+        self.use = use
+        self.pristine = {p: order for p, order in self.pristine.items() if p not in stale}
+
+
+def _fair_share_base(state: State) -> _FairShareBase:
+    fs = fair_share_time(state)
+    base = state.memo.get("fair_share")
+    if isinstance(base, _FairShareBase) and base.current(state, fs):
+        return base
+    base = _FairShareBase(state, fs)
+    state.memo["fair_share"] = base
+    return base
 
 
 class Level(msgspec.Struct, frozen=True):
@@ -88,17 +200,16 @@ class Ranking:
         self.children = st.children
         self.parent = st.parent
         # The order at the cycle's start is a function of the usage at the
-        # fair-share instant, the commitments (``commitments``: the running set
-        # and that instant), the tree and the policy: kept across cycles with
-        # that key, with every level sorted at that order (``_pristine``; a
-        # level sorted after an in-cycle commitment is not kept).
-        fs = fair_share_time(state)
-        key = (state.workloads.running_version, fs, tree.version, state.policy)
-        cached = state.memo.get("ranking")
-        if cached is not None and cached[0] == key and cached[1] is committed:  # type: ignore[index]
-            self.use: dict[str, int] = dict(cached[2])  # type: ignore[index]
-            self._pristine: dict[str, list[str]] = cached[3]  # type: ignore[index]
-        else:
+        # fair-share instant, the commitments, the tree and the policy: kept
+        # across cycles (``_FairShareBase``), with every level sorted at that
+        # order (``_pristine``; a level sorted after an in-cycle commitment is
+        # not kept).
+        base = _fair_share_base(state)
+        if committed is base.committed:
+            self.use: dict[str, int] = dict(base.use)
+            self._pristine: dict[str, list[str]] = base.pristine
+        else:  # commitments other than the state's: nothing to share
+            fs = fair_share_time(state)
             use = state.usage.usage_of(st.leaves, fs)
             for leaf, c in committed.items():
                 if leaf in use:
@@ -107,7 +218,6 @@ class Ranking:
                 use[path] = sum([use[c] for c in kids])
             self.use = use
             self._pristine = {}
-            state.memo["ranking"] = (key, committed, dict(use), self._pristine)
         # Sorted lists are replaced, never changed in place, so they can be shared.
         self._sorted: dict[str, list[str]] = dict(self._pristine)
         self._dirty: set[str] = set(self.children).difference(self._pristine)
@@ -156,6 +266,35 @@ class Ranking:
             p = stack.pop()
             if p in children:
                 stack.extend(reversed(self.sorted_children(p)))
+            else:
+                yield p
+
+    def iter_leaves_in(self, wanted: Iterable[str]) -> Iterator[str]:
+        """The leaves of ``wanted`` in ``leaf_order``, walking only the subtrees that hold them.
+
+        The same walk as ``iter_leaves`` with every subtree that holds none of
+        ``wanted`` cut off, so the leaves it yields come in the same relative
+        order; a cycle lending to the few leaves with unallocated work waiting
+        does not walk the whole tree. The same caveat: no ``commit`` while iterating.
+        """
+        root = self.tree.root
+        if root is None:
+            return
+        parent = self.parent
+        keep: set[str] = set()
+        for leaf in wanted:
+            p: str | None = leaf
+            while p is not None and p not in keep:
+                keep.add(p)
+                p = parent.get(p)
+        if root not in keep:
+            return
+        children = self.children
+        stack = [root]
+        while stack:
+            p = stack.pop()
+            if p in children:
+                stack.extend([c for c in reversed(self.sorted_children(p)) if c in keep])
             else:
                 yield p
 

@@ -1,0 +1,172 @@
+"""The fair-share base kept across cycles (``scheduler.ranking._FairShareBase``) is the one built afresh.
+
+A cycle's order starts from the usage at the fair-share instant plus the
+running allocated work's commitments. Between instants the base is advanced by
+replaying the running set's journal (``WorkloadsProjection.moves``) instead of
+being rebuilt. These tests run whole scenarios and, at every order a cycle
+builds, demand that the advanced base equals a fresh one: the same commitments,
+the same sums at every node, and every level it kept sorted in the order a
+fresh sort gives. They also check that advancing really happened (so the
+comparison proves something), and that a base which forgot to re-sort the
+levels above a moved leaf is caught. The pruned walk lending uses
+(``Ranking.iter_leaves_in``) is compared with the full walk.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from events import encode_lines
+from scheduler import ranking as ranking_mod
+from scheduler.ranking import Ranking, _FairShareBase, commitments, fair_share_time
+from scheduler.state import State
+from simulator.driver import Simulation
+from simulator.scenario import load_scenario, with_overrides
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+
+
+def _run(name: str, days: float | None) -> bytes:
+    sc = load_scenario(SCENARIOS / f"{name}.toml")
+    if days is not None:
+        sc = with_overrides(sc, horizon_days=days)
+    return encode_lines(Simulation(sc, "allot", SCENARIOS).run().log)
+
+
+def _fresh(state: State) -> _FairShareBase:
+    return _FairShareBase(state, fair_share_time(state))
+
+
+class Watch:
+    def __init__(self) -> None:
+        self.orders = 0     # orders built from the state's base
+        self.advanced = 0   # of those, from a base advanced over starts and stops
+        self.kept = 0       # sorted levels an advanced base carried over
+        self.gaps = 0       # bases rebuilt because the journal no longer reached back to them
+        self.wrong: list[str] = []
+
+
+def _watch(monkeypatch: pytest.MonkeyPatch) -> Watch:
+    seen = Watch()
+    init = Ranking.__init__
+    current = _FairShareBase.current
+
+    def checked_current(self: _FairShareBase, state: State, fs: int) -> bool:
+        before = self.running_version
+        behind = state.workloads.running_version - before
+        ok = current(self, state, fs)
+        seen.advanced += ok and self.running_version != before
+        seen.gaps += not ok and fs == self.fs and behind > len(state.workloads.moves)
+        return ok
+
+    def checked_init(self: Ranking, state: State, committed: dict[str, int]) -> None:
+        init(self, state, committed)
+        base = state.memo["fair_share"]
+        assert isinstance(base, _FairShareBase)
+        if committed is not base.committed:
+            return
+        seen.orders += 1
+        fresh = _fresh(state)
+        if base.committed != fresh.committed:
+            seen.wrong.append(f"commitments at {state.now}")
+        if base.use != fresh.use or self.use != fresh.use:
+            seen.wrong.append(f"sums at {state.now}")
+        for path, order in base.pristine.items():
+            seen.kept += 1
+            if order != sorted(self.children[path], key=lambda p: _key(fresh.use, self.shares, p)):
+                seen.wrong.append(f"level {path} at {state.now}")
+
+    monkeypatch.setattr(_FairShareBase, "current", checked_current)
+    monkeypatch.setattr(Ranking, "__init__", checked_init)
+    return seen
+
+
+def _key(use: dict[str, int], shares: dict[str, int], path: str) -> tuple[int, float, int, str]:
+    s = shares[path]
+    return (1, 0.0, 0, path) if s <= 0 else (0, use[path] / s, -s, path)
+
+
+@pytest.mark.parametrize(("name", "days"), [("ai2-month", 2.0), ("demo", None)])
+def test_an_advanced_base_equals_a_fresh_one(name: str, days: float | None,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _watch(monkeypatch)
+    _run(name, days)
+    assert not seen.wrong, seen.wrong[:5]
+    # Most orders are built after starts and stops inside one fair-share period,
+    # and the base carried sorted levels across them: the check above bites.
+    assert seen.orders > 100
+    assert seen.advanced > seen.orders // 4
+    assert seen.kept > seen.orders
+
+
+def test_a_base_that_keeps_stale_levels_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mutant that never re-sorts the levels above a moved leaf must show up as wrong levels."""
+    advance = _FairShareBase._advance
+
+    def keeps_everything(self: _FairShareBase, moves: list[object], parent: dict[str, str | None]) -> None:
+        pristine = self.pristine
+        advance(self, moves, parent)  # type: ignore[arg-type]
+        self.pristine = pristine
+
+    monkeypatch.setattr(_FairShareBase, "_advance", keeps_everything)
+    seen = _watch(monkeypatch)
+    _run("ai2-month", 1.0)
+    assert any(w.startswith("level") for w in seen.wrong)
+
+
+def test_the_log_is_the_same_when_every_order_is_built_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    kept = _run("ai2-month", 2.0)
+    monkeypatch.setattr(_FairShareBase, "current", lambda self, state, fs: False)
+    assert _run("ai2-month", 2.0) == kept
+
+
+def test_an_old_journal_is_not_replayed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A base further behind than the journal reaches is rebuilt, not advanced from a gap."""
+    monkeypatch.setattr("projections.workloads.MOVES_KEPT", 4)
+    seen = _watch(monkeypatch)
+    _run("demo", None)
+    assert seen.gaps > 0
+    assert not seen.wrong, seen.wrong[:5]
+
+
+def test_commitments_are_shared_until_the_running_set_moves() -> None:
+    state = State()
+    first = commitments(state)
+    assert commitments(state) is first
+    assert Ranking(state, first).use == Ranking(state, dict(first)).use
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_pruned_walk_keeps_the_full_walks_order(seed: int) -> None:
+    """``iter_leaves_in`` yields the wanted leaves exactly as ``iter_leaves`` orders them."""
+    from core_helpers import Sim
+
+    rnd = random.Random(seed)
+    tree = [("lab", 1, ("admin",))]
+    leaves = []
+    for p in range(rnd.randint(1, 4)):
+        tree.append((f"lab/p{p}", rnd.randint(0, 3), ()))
+        for q in range(rnd.randint(1, 4)):
+            leaf = f"lab/p{p}/q{q}"
+            tree.append((leaf, rnd.randint(0, 5), ()))
+            leaves.append(leaf)
+    s = Sim(tuple(tree), hosts=1)
+    for leaf in leaves:
+        if rnd.random() < 0.6:
+            s.run_history(leaf, rnd.randint(1, 8), rnd.randint(60, 6000))
+    state = s.engine.state
+    r = Ranking(state, commitments(state))
+    wanted = set(rnd.sample(leaves, rnd.randint(0, len(leaves)))) | {"lab/gone"}
+    assert list(r.iter_leaves_in(wanted)) == [leaf for leaf in r.iter_leaves() if leaf in wanted]
+
+
+def test_the_fair_share_memo_key_is_the_base(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every order of a run asks the base (so the checks above see every order)."""
+    calls = []
+    real = ranking_mod._fair_share_base
+    monkeypatch.setattr(ranking_mod, "_fair_share_base", lambda st: calls.append(1) or real(st))
+    _run("demo", None)
+    assert calls
