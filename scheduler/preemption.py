@@ -190,7 +190,9 @@ class VictimIndex:
     Building it walks every running workload, so the unshared part is built once
     per running set (``build``) and each cycle takes a cheap ``fork`` of it: the
     set changes only when work starts or stops, hosts change health, or a
-    protection ends, and the memo key covers exactly those.
+    protection ends, and the memo key covers exactly those. Across starts,
+    stops and protection ends on the same hosts and tree the next one is
+    ``advanced`` from the last instead of built.
     """
 
     __slots__ = ("_base", "_cands", "_cands_at", "_cands_of", "_ids", "_mins", "_mins_costs",
