@@ -60,6 +60,18 @@ def _commitment(gpus: int, allocated: bool, until: int | None, started_at: int |
     return gpus * (until - since) if until > since else 0
 
 
+def _sums(state: State, committed: dict[str, int], fs: int) -> dict[str, int]:
+    """Every node's usage at the fair-share instant ``fs`` plus ``committed``, leaves up."""
+    st = state.budget.structure()
+    use = state.usage.usage_of(st.leaves, fs)
+    for leaf, c in committed.items():
+        if leaf in use:
+            use[leaf] += c
+    for path, kids in st.internal:
+        use[path] = sum([use[c] for c in kids])
+    return use
+
+
 class _FairShareBase:
     """What every cycle's order starts from, kept across cycles (in ``State.memo``).
 
@@ -80,7 +92,6 @@ class _FairShareBase:
 
     def __init__(self, state: State, fs: int) -> None:
         tree = state.budget
-        st = tree.structure()
         self.fs = fs
         self.tree = tree
         self.tree_version = tree.version
@@ -96,13 +107,7 @@ class _FairShareBase:
                 committed[w.budget] = committed.get(w.budget, 0) + c
         self.parts = parts
         self.committed = committed
-        use = state.usage.usage_of(st.leaves, fs)
-        for leaf, c in committed.items():
-            if leaf in use:
-                use[leaf] += c
-        for path, kids in st.internal:
-            use[path] = sum([use[c] for c in kids])
-        self.use = use
+        self.use = _sums(state, committed, fs)
         # Each level sorted at this base's sums, filled as cycles walk the tree
         # (``Ranking.sorted_children`` before any in-cycle commitment).
         self.pristine: dict[str, list[str]] = {}
@@ -209,14 +214,7 @@ class Ranking:
             self.use: dict[str, int] = dict(base.use)
             self._pristine: dict[str, list[str]] = base.pristine
         else:  # commitments other than the state's: nothing to share
-            fs = fair_share_time(state)
-            use = state.usage.usage_of(st.leaves, fs)
-            for leaf, c in committed.items():
-                if leaf in use:
-                    use[leaf] += c
-            for path, kids in st.internal:
-                use[path] = sum([use[c] for c in kids])
-            self.use = use
+            self.use = _sums(state, committed, fair_share_time(state))
             self._pristine = {}
         # Sorted lists are replaced, never changed in place, so they can be shared.
         self._sorted: dict[str, list[str]] = dict(self._pristine)

@@ -6,9 +6,10 @@ from pathlib import Path
 
 from events import Event, encode_lines
 from simulator.driver import Simulation
-from simulator.scenario import load_scenario
+from simulator.scenario import load_scenario, with_overrides
 
 GOLDEN = Path(__file__).parent / "golden"
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
 
 def simulate(path: Path, policy: str = "allot") -> tuple[list[Event], int]:
@@ -19,6 +20,14 @@ def simulate(path: Path, policy: str = "allot") -> tuple[list[Event], int]:
 
 def log_bytes(path: Path, policy: str = "allot") -> bytes:
     return encode_lines(simulate(path, policy)[0])
+
+
+def shipped_log(name: str, days: float | None = None, policy: str = "allot") -> bytes:
+    """The encoded log of the shipped scenario ``name``, cut to ``days`` when given."""
+    sc = load_scenario(SCENARIOS / f"{name}.toml")
+    if days is not None:
+        sc = with_overrides(sc, horizon_days=days)
+    return encode_lines(Simulation(sc, policy, SCENARIOS).run().log)
 
 
 def decisions(log: list[Event], epoch: int) -> list[tuple[int, str, str, str]]:

@@ -12,25 +12,12 @@ keep values, the memo's one repeated effect, is tested on its own.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from sim_helpers import shipped_log
 
-from events import encode_lines
 from scheduler import cycle as cycle_mod
 from scheduler import preemption
 from scheduler.preemption import CostModel
-from simulator.driver import Simulation
-from simulator.scenario import load_scenario, with_overrides
-
-SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
-
-
-def _run(name: str, days: float | None, policy: str = "allot") -> bytes:
-    sc = load_scenario(SCENARIOS / f"{name}.toml")
-    if days is not None:
-        sc = with_overrides(sc, horizon_days=days)
-    return encode_lines(Simulation(sc, policy, SCENARIOS).run().log)
 
 
 class Counts:
@@ -75,10 +62,10 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> Counts:
                                             ("ai2-month-heavy", 2.0)])
 def test_the_log_is_the_same_without_the_memo(name: str, days: float | None, counts: Counts,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    with_memo = _run(name, days)
+    with_memo = shipped_log(name, days)
     asked, searched, planned = counts.asked, counts.searched, counts.planned
     monkeypatch.setattr(cycle_mod.Cycle, "failures", lambda self: None)
-    without = _run(name, days)
+    without = shipped_log(name, days)
     assert with_memo == without
     assert counts.asked - asked == asked, "the same searches were asked for"
     if name != "demo":  # the demo is too small for repeats; the month runs are not
@@ -93,10 +80,10 @@ def test_a_recheck_that_ignores_new_victims_changes_the_log(monkeypatch: pytest.
     (So the comparison above, with and without the memo, is a test of
     ``VictimIndex.recheck``, not of searches that would fail anyway.)
     """
-    right = _run("ai2-month-heavy", 2.0)
+    right = shipped_log("ai2-month-heavy", 2.0)
     monkeypatch.setattr(preemption.VictimIndex, "recheck",
                         lambda self, kind, seen, *a, **k: (kind, seen, set()))
-    assert _run("ai2-month-heavy", 2.0) != right
+    assert shipped_log("ai2-month-heavy", 2.0) != right
 
 
 def test_priming_fixes_the_keep_value_as_costing_would() -> None:

@@ -15,25 +15,13 @@ levels above a moved leaf is caught. The pruned walk lending uses
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
+from sim_helpers import shipped_log
 
-from events import encode_lines
 from scheduler import ranking as ranking_mod
 from scheduler.ranking import Ranking, _FairShareBase, commitments, fair_share_time
 from scheduler.state import State
-from simulator.driver import Simulation
-from simulator.scenario import load_scenario, with_overrides
-
-SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
-
-
-def _run(name: str, days: float | None) -> bytes:
-    sc = load_scenario(SCENARIOS / f"{name}.toml")
-    if days is not None:
-        sc = with_overrides(sc, horizon_days=days)
-    return encode_lines(Simulation(sc, "allot", SCENARIOS).run().log)
 
 
 def _fresh(state: State) -> _FairShareBase:
@@ -74,9 +62,11 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> Watch:
             seen.wrong.append(f"commitments at {state.now}")
         if base.use != fresh.use or self.use != fresh.use:
             seen.wrong.append(f"sums at {state.now}")
+        unshared = Ranking.__new__(Ranking)  # a copy of the commitments: sorts afresh
+        init(unshared, state, dict(fresh.committed))
         for path, order in base.pristine.items():
             seen.kept += 1
-            if order != sorted(self.children[path], key=lambda p: _key(fresh.use, self.shares, p)):
+            if order != unshared.sorted_children(path):
                 seen.wrong.append(f"level {path} at {state.now}")
 
     monkeypatch.setattr(_FairShareBase, "current", checked_current)
@@ -84,16 +74,11 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> Watch:
     return seen
 
 
-def _key(use: dict[str, int], shares: dict[str, int], path: str) -> tuple[int, float, int, str]:
-    s = shares[path]
-    return (1, 0.0, 0, path) if s <= 0 else (0, use[path] / s, -s, path)
-
-
 @pytest.mark.parametrize(("name", "days"), [("ai2-month", 2.0), ("demo", None)])
 def test_an_advanced_base_equals_a_fresh_one(name: str, days: float | None,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     seen = _watch(monkeypatch)
-    _run(name, days)
+    shipped_log(name, days)
     assert not seen.wrong, seen.wrong[:5]
     # Most orders are built after starts and stops inside one fair-share period,
     # and the base carried sorted levels across them: the check above bites.
@@ -113,21 +98,21 @@ def test_a_base_that_keeps_stale_levels_is_caught(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(_FairShareBase, "_advance", keeps_everything)
     seen = _watch(monkeypatch)
-    _run("ai2-month", 1.0)
+    shipped_log("ai2-month", 1.0)
     assert any(w.startswith("level") for w in seen.wrong)
 
 
 def test_the_log_is_the_same_when_every_order_is_built_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
-    kept = _run("ai2-month", 2.0)
+    kept = shipped_log("ai2-month", 2.0)
     monkeypatch.setattr(_FairShareBase, "current", lambda self, state, fs: False)
-    assert _run("ai2-month", 2.0) == kept
+    assert shipped_log("ai2-month", 2.0) == kept
 
 
 def test_an_old_journal_is_not_replayed(monkeypatch: pytest.MonkeyPatch) -> None:
     """A base further behind than the journal reaches is rebuilt, not advanced from a gap."""
     monkeypatch.setattr("projections.workloads.MOVES_KEPT", 4)
     seen = _watch(monkeypatch)
-    _run("demo", None)
+    shipped_log("demo", None)
     assert seen.gaps > 0
     assert not seen.wrong, seen.wrong[:5]
 
@@ -168,5 +153,5 @@ def test_the_fair_share_memo_key_is_the_base(monkeypatch: pytest.MonkeyPatch) ->
     calls = []
     real = ranking_mod._fair_share_base
     monkeypatch.setattr(ranking_mod, "_fair_share_base", lambda st: calls.append(1) or real(st))
-    _run("demo", None)
+    shipped_log("demo", None)
     assert calls

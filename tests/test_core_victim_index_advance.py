@@ -12,24 +12,11 @@ and that the logs are the same with every index built afresh.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from sim_helpers import shipped_log
 
-from events import encode_lines
 from scheduler.preemption import VictimIndex
 from scheduler.state import State
-from simulator.driver import Simulation
-from simulator.scenario import load_scenario, with_overrides
-
-SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
-
-
-def _run(name: str, days: float | None) -> bytes:
-    sc = load_scenario(SCENARIOS / f"{name}.toml")
-    if days is not None:
-        sc = with_overrides(sc, horizon_days=days)
-    return encode_lines(Simulation(sc, "allot", SCENARIOS).run().log)
 
 
 def _view(idx: VictimIndex, next_end: int) -> tuple[object, ...]:
@@ -77,7 +64,7 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> Seen:
 def test_an_advanced_index_equals_a_fresh_build(name: str, days: float | None,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     seen = _watch(monkeypatch)
-    _run(name, days)
+    shipped_log(name, days)
     assert not seen.wrong, seen.wrong[:5]
     assert seen.advanced > 100
     assert seen.with_hosts > seen.advanced // 10
@@ -93,19 +80,19 @@ def test_an_index_that_ignores_the_journal_is_caught(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(VictimIndex, "advanced", time_only)
     seen = _watch(monkeypatch)
-    _run("ai2-month", 1.0)
+    shipped_log("ai2-month", 1.0)
     assert seen.wrong
 
 
 def test_the_log_is_the_same_when_every_index_is_built_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
-    kept = _run("ai2-month-heavy", 1.0)
+    kept = shipped_log("ai2-month-heavy", 1.0)
     monkeypatch.setattr(VictimIndex, "advanced", lambda self, state: None)
-    assert _run("ai2-month-heavy", 1.0) == kept
+    assert shipped_log("ai2-month-heavy", 1.0) == kept
 
 
 def test_an_index_behind_the_journal_is_built_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("projections.workloads.MOVES_KEPT", 4)
     seen = _watch(monkeypatch)
-    _run("demo", None)
+    shipped_log("demo", None)
     assert seen.gaps > 0
     assert not seen.wrong
