@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+# The compiled core (native/): rebuilt whenever a source it was compiled from changes.
+NATIVE := build/native/manifest.json
+CORE_SOURCES := $(wildcard events/*.py projections/*.py scheduler/*.py native/*.py)
 
-.PHONY: help test demo demo-sim bench lint schema clean
+.PHONY: help test demo demo-sim bench lint schema clean native
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -14,26 +17,35 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@touch $(STAMP)
 
-test: $(STAMP)  ## run the test suite (starts its own Kafka broker where needed)
+# A failed native build is reported and leaves the pure-Python core running
+# (tests/test_native.py then fails, so CI notices); it never stops a target.
+$(NATIVE): $(STAMP) $(CORE_SOURCES)
+	$(PY) -m native.build || echo "make: the native build failed; the pure-Python core runs"
+
+native: $(STAMP)  ## compile the core with mypyc into build/native (done by every target that runs it)
+	$(PY) -m native.build
+
+test: $(STAMP) $(NATIVE)  ## run the test suite (starts its own Kafka broker where needed)
 	$(PY) -m pytest
 
-demo: $(STAMP)  ## play scenarios/demo.toml through Kafka on the embedded stack; audit + replay
+demo: $(STAMP) $(NATIVE)  ## play scenarios/demo.toml through Kafka on the embedded stack; audit + replay
 	$(PY) -m allot up --demo
 
-demo-sim: $(STAMP)  ## the simulator's demo: both policies side by side, report.html
+demo-sim: $(STAMP) $(NATIVE)  ## the simulator's demo: both policies side by side, report.html
 	$(PY) -m allot demo
 
-bench: $(STAMP)  ## run the benchmarks and print their figures
+bench: $(STAMP) $(NATIVE)  ## run the benchmarks and print their figures
 	$(PY) -m benchmarks.bench_core
 	$(PY) -m benchmarks.bench_sim
 	$(PY) -m benchmarks.bench_audit
 
-lint: $(STAMP)  ## ruff over the tree, and the published event schema is current
+lint: $(STAMP)  ## ruff over the tree, mypy over the core, and the published event schema is current
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 	$(PY) -m events.schema --check
 
 schema: $(STAMP)  ## regenerate docs/events.schema.json
 	$(PY) -m events.schema
 
-clean:  ## remove the venv and build litter
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+clean:  ## remove the venv, the native build and build litter
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -39,6 +39,7 @@ import msgspec
 from rich.console import Console
 from rich.markup import escape
 
+import native
 from allot.errors import CliError
 from events.errors import AllotError
 
@@ -312,6 +313,12 @@ def _fail(message: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status (errors: one line on stderr, status 2)."""
+    try:
+        # The core's form is chosen when it is first imported (here, or by a verb):
+        # ALLOT_CORE=native without a current build is a clear error, not a traceback.
+        native.status()
+    except native.NativeCoreUnavailable as exc:
+        return _fail(str(exc))
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

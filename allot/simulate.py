@@ -30,6 +30,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+import native
 from allot.errors import CliError
 from audit.load import load_log, open_db
 from audit.report import render, summary
@@ -101,9 +102,11 @@ def run_scenario(
         sources = load_sources(scenario, path.parent)
     except GeneratorError as exc:
         raise ScenarioError(f"{path}: generator source: {exc}") from exc
+    core = native.status()
     console.print(f"[bold]{escape(scenario.name)}[/]: {len(sources.workloads):,} workloads, "
                   f"{scenario.capacity_gpus:,} GPUs, {scenario.horizon_days:g} days "
-                  f"(sources loaded in {time.perf_counter() - t0:.1f} s)")
+                  f"(sources loaded in {time.perf_counter() - t0:.1f} s; "
+                  f"{core.name} core: {escape(core.reason)})")
     facts: dict[str, dict[str, Any]] = {}
     logs: dict[str, Path] = {}
     for policy in policies:
@@ -128,6 +131,7 @@ def run_scenario(
             "demand_ratio": round(result.demand_ratio, 3),
             "wall_seconds": round(result.wall_seconds, 2),
             "speedup_vs_real_time": round(result.sim_seconds / max(result.wall_seconds, 1e-9)),
+            "core": core.name,
         }
         console.print(f"  {policy}: {len(result.log):,} events, {result.cycles:,} cycles, "
                       f"{result.wall_seconds:.1f} s wall "

@@ -8,9 +8,11 @@ import statistics
 import time
 from collections.abc import Callable
 
+import native
+
 
 def machine() -> str:
-    """One line naming this machine: CPU model, cores, Python."""
+    """One line naming this machine: CPU model, cores, Python, and which form of the core runs."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as fh:
@@ -20,7 +22,9 @@ def machine() -> str:
                     break
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    core = native.status()
+    return (f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"{core.name} core ({core.reason})")
 
 
 def median_seconds(fn: Callable[[], object], repeat: int, warmup: int = 2) -> tuple[float, list[float]]:

@@ -13,7 +13,7 @@ from events.base import ChildShare, Event
 from events.limits import Array, Shares, Text
 
 
-class BudgetNodeDefined(Event, kw_only=True, tag="budget.node_defined"):
+class BudgetNodeDefined(Event, frozen=True, kw_only=True, tag="budget.node_defined"):
     """A budget node exists, with its managers and its share under its parent."""
 
     path: Text
@@ -21,14 +21,14 @@ class BudgetNodeDefined(Event, kw_only=True, tag="budget.node_defined"):
     shares: Shares = 1
 
 
-class BudgetSharesSet(Event, kw_only=True, tag="budget.shares_set"):
+class BudgetSharesSet(Event, frozen=True, kw_only=True, tag="budget.shares_set"):
     """The shares of some children of ``parent`` change (children not listed keep theirs)."""
 
     parent: Text
     shares: Array[ChildShare]
 
 
-class BudgetEditRejected(Event, kw_only=True, tag="budget.edit_rejected"):
+class BudgetEditRejected(Event, frozen=True, kw_only=True, tag="budget.edit_rejected"):
     """A budget edit (``cause``) was refused, and why."""
 
     reason: Text

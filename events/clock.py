@@ -14,7 +14,7 @@ from __future__ import annotations
 from events.base import Event
 
 
-class ClockTicked(Event, kw_only=True, tag="clock.ticked"):
+class ClockTicked(Event, frozen=True, kw_only=True, tag="clock.ticked"):
     """Time is now ``at`` (never earlier than it was); run a scheduling cycle.
 
     ``cycle=false`` only moves the clock. The simulator sends one before the

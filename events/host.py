@@ -13,7 +13,7 @@ from events.base import Event
 from events.limits import HostGpus, Text
 
 
-class HostAdded(Event, kw_only=True, tag="host.added"):
+class HostAdded(Event, frozen=True, kw_only=True, tag="host.added"):
     """A host joins the cluster, healthy, with its GPUs and topology labels."""
 
     host: Text
@@ -22,13 +22,13 @@ class HostAdded(Event, kw_only=True, tag="host.added"):
     block: Text | None = None
 
 
-class HostRemoved(Event, kw_only=True, tag="host.removed"):
+class HostRemoved(Event, frozen=True, kw_only=True, tag="host.removed"):
     """A host leaves the cluster (refused while workloads run on it)."""
 
     host: Text
 
 
-class HostFaulted(Event, kw_only=True, tag="host.faulted"):
+class HostFaulted(Event, frozen=True, kw_only=True, tag="host.faulted"):
     """A host is unhealthy.
 
     ``degraded``: takes no new work; workloads drain when their protection ends
@@ -40,13 +40,13 @@ class HostFaulted(Event, kw_only=True, tag="host.faulted"):
     reason: Text = ""
 
 
-class HostDrained(Event, kw_only=True, tag="host.drained"):
+class HostDrained(Event, frozen=True, kw_only=True, tag="host.drained"):
     """A faulty host is empty and goes to automated repair."""
 
     host: Text
 
 
-class HostRepaired(Event, kw_only=True, tag="host.repaired"):
+class HostRepaired(Event, frozen=True, kw_only=True, tag="host.repaired"):
     """A host is healthy again and takes work."""
 
     host: Text

@@ -16,7 +16,7 @@ DAY_S = 86_400
 HOUR_S = 3_600
 
 
-class PolicyConfigured(Event, kw_only=True, tag="policy.configured"):
+class PolicyConfigured(Event, frozen=True, kw_only=True, tag="policy.configured"):
     """The scheduling policy and its knobs, from this event on."""
 
     # Which decide() runs: the budget scheduler, or the lab's old priority

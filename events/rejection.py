@@ -14,7 +14,7 @@ from events.base import Event
 from events.limits import Text
 
 
-class InputRejected(Event, kw_only=True, tag="input.rejected"):
+class InputRejected(Event, frozen=True, kw_only=True, tag="input.rejected"):
     """An input (``cause``) was refused, and why."""
 
     reason: Text

@@ -26,7 +26,7 @@ class WorkloadKind:
     BATCH = "batch"
 
 
-class WorkloadSubmitted(Event, kw_only=True, tag="workload.submitted"):
+class WorkloadSubmitted(Event, frozen=True, kw_only=True, tag="workload.submitted"):
     """A workload asks for GPUs under a budget leaf.
 
     Shape: ``hosts`` x ``gpus_per_host`` = ``gpus``. A single-host workload may
@@ -60,14 +60,14 @@ class WorkloadSubmitted(Event, kw_only=True, tag="workload.submitted"):
     resubmit_of: Text | None = None
 
 
-class WorkloadCancelled(Event, kw_only=True, tag="workload.cancelled"):
+class WorkloadCancelled(Event, frozen=True, kw_only=True, tag="workload.cancelled"):
     """The owner (or a manager of its budget) withdraws a pending or running workload."""
 
     workload: Text
     reason: Text = ""
 
 
-class WorkloadRejected(Event, kw_only=True, tag="workload.rejected"):
+class WorkloadRejected(Event, frozen=True, kw_only=True, tag="workload.rejected"):
     """A submission (``cause``) was refused, and why."""
 
     workload: Text
@@ -75,7 +75,7 @@ class WorkloadRejected(Event, kw_only=True, tag="workload.rejected"):
     detail: Text = ""
 
 
-class WorkloadStarted(Event, kw_only=True, tag="workload.started"):
+class WorkloadStarted(Event, frozen=True, kw_only=True, tag="workload.started"):
     """The scheduler placed a workload.
 
     ``allocated``: charged to its budget and protected until ``protected_until``.
@@ -89,7 +89,7 @@ class WorkloadStarted(Event, kw_only=True, tag="workload.started"):
     protected_until: Int64 | None
 
 
-class WorkloadReserved(Event, kw_only=True, tag="workload.reserved"):
+class WorkloadReserved(Event, frozen=True, kw_only=True, tag="workload.reserved"):
     """Hosts are held for a blocked large workload until its victims' protection ends.
 
     Until ``until``, other work may start on ``hosts`` only if its protection
@@ -113,7 +113,7 @@ PreemptionReason = Literal[
 ]
 
 
-class WorkloadPreempted(Event, kw_only=True, tag="workload.preempted"):
+class WorkloadPreempted(Event, frozen=True, kw_only=True, tag="workload.preempted"):
     """A running workload was stopped by the scheduler.
 
     ``by``: the preempting workload's id, or the host for drains and failures.
@@ -126,7 +126,7 @@ class WorkloadPreempted(Event, kw_only=True, tag="workload.preempted"):
     requeued: bool
 
 
-class WorkloadFinished(Event, kw_only=True, tag="workload.finished"):
+class WorkloadFinished(Event, frozen=True, kw_only=True, tag="workload.finished"):
     """The executor reports that a running workload ended by itself."""
 
     workload: Text

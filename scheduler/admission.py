@@ -25,6 +25,7 @@ and skips it the same way, so live and replay share one rule.
 from __future__ import annotations
 
 import re
+from typing import Final
 
 from events import DECISION_TYPES, Event, tag_of
 from events.errors import AllotError
@@ -38,11 +39,11 @@ _CLUSTER_ID = re.compile(CLUSTER_ID_PATTERN)
 class Refusal:
     """Stable reason codes for refused inputs (dead letters carry them too)."""
 
-    NOT_AN_INPUT = "not_an_input"
-    HAS_CAUSE = "has_cause"
-    BAD_ID = "bad_id"
-    WRONG_CLUSTER = "wrong_cluster"
-    BAD_VALUE = "bad_value"
+    NOT_AN_INPUT: Final = "not_an_input"
+    HAS_CAUSE: Final = "has_cause"
+    BAD_ID: Final = "bad_id"
+    WRONG_CLUSTER: Final = "wrong_cluster"
+    BAD_VALUE: Final = "bad_value"
 
 
 class InputRefused(AllotError):

@@ -62,14 +62,14 @@ def decide(state: State, cause: str = "cycle") -> list[Event]:
         h = hosts[name]
         if h.health not in (DEGRADED, FAILED):
             continue
-        failed = h.health == FAILED
+        host_failed = h.health == FAILED
         left = 0
         for wid in sorted(h.workloads):
             if wid in gone:
                 continue
             w = running[wid]
-            if failed or not w.allocated:
-                stop(w, "host_failure" if failed else "host_drain", by=name)
+            if host_failed or not w.allocated:
+                stop(w, "host_failure" if host_failed else "host_drain", by=name)
             else:
                 left += 1
         if left == 0:
@@ -132,8 +132,8 @@ def decide(state: State, cause: str = "cycle") -> list[Event]:
                 failed.append((n, k, opt_out, w.priority))
         if placed is None:
             continue
-        for h in placed:
-            capacity.take(h, w.gpus_per_host)
+        for ph in placed:
+            capacity.take(ph, w.gpus_per_host)
         emit.started(w.id, [(h, w.gpus_per_host) for h in placed], opt_out,
                      None if opt_out else now)
         if opt_out:

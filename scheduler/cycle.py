@@ -34,7 +34,7 @@ an ``Outcome``: how it started, or what blocks it.
 from __future__ import annotations
 
 from bisect import insort
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -416,7 +416,7 @@ class Cycle:
             return victims.search(n, k, ends_by, self.capacity, rule or BudgetRule(self.ranking, w),
                                   w.id, costs)
         key = ("search", _identity(w), self._blocked(w.id, ends_by))
-        known = memo.get(key)
+        known: Any = memo.get(key)
         own = None
         if known is not None:
             serial, kind, seen, asked = known  # type: ignore[misc]
@@ -434,7 +434,8 @@ class Cycle:
                 for budget in asked:
                     costs.prime(budget)
                 return None
-        costs.trail = trail = set()
+        trail: set[str] = set()
+        costs.trail = trail
         try:
             plan = victims.search(n, k, ends_by, self.capacity, own or BudgetRule(self.ranking, w),
                                   w.id, costs)
@@ -508,7 +509,8 @@ class Cycle:
             r = self.book.plan(w, ready)
             if r is not None:
                 self.emit.reserved(w.id, r.hosts, r.until)
-            elif key is not None and sum(1 for t in ready.values() if t < NEVER) < w.hosts:
+            elif memo is not None and key is not None and \
+                    sum(1 for t in ready.values() if t < NEVER) < w.hosts:
                 memo[key] = frozenset()
 
     def note_failed(self, w: Workload, commitment: int) -> None:

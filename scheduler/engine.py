@@ -85,7 +85,7 @@ class Engine:
         Otherwise the caller journals ``event`` followed by the returned events
         (unless None), in order.
         """
-        verdict = self.fold_input(event)
+        verdict: Verdict | bool = self.fold_input(event)
         if verdict is False:
             return None
         state = self.state
@@ -140,10 +140,8 @@ class Engine:
     @classmethod
     def restore(cls, data: bytes, memo: bool = True) -> Engine:
         """An engine whose state is the one ``snapshot`` wrote."""
-        engine = cls.__new__(cls)
+        engine = cls(memo=memo)
         engine.state = restore_state(data)
-        engine.memo = memo
-        engine._idle = None
         return engine
 
 

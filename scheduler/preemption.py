@@ -878,37 +878,37 @@ class VictimIndex:
                 paid.sort()
                 total = base
                 readied = list(zero)
-                for r in range(1, len(zero) + len(paid) + 1):
-                    if r > len(zero):
-                        c, h, idx = paid[r - len(zero) - 1]
-                        total += c
-                        readied.append((h, idx))
-                    best_r = options.get(r)
+                for n_ready in range(1, len(zero) + len(paid) + 1):
+                    if n_ready > len(zero):
+                        pc, ph, pidx = paid[n_ready - len(zero) - 1]
+                        total += pc
+                        readied.append((ph, pidx))
+                    best_r = options.get(n_ready)
                     if best_r is None or total < best_r[0]:
-                        # Every host its gangs free is readied, even when r is fewer.
-                        options[r] = (total, tuple(subset), tuple(readied))
+                        # Every host its gangs free is readied, even when n_ready is fewer.
+                        options[n_ready] = (total, tuple(subset), tuple(readied))
             if options:
                 multi.append(options)
         # Knapsack over the gang components (states: hosts readied, capped at need) ...
-        State_ = tuple[int, tuple[tuple[int, int], ...]]  # (cost, ((component, r), ...))
+        State_ = tuple[int, tuple[tuple[int, int], ...]]  # (cost, ((component, n_ready), ...))
         dp: dict[int, State_] = {0: (0, ())}
         for ci, options in enumerate(multi):
             nxt = dict(dp)
             for j, (cj, chain) in dp.items():
                 if j >= need:
                     continue
-                for r, (c, _, _) in options.items():
-                    k = min(need, j + r)
-                    cand = cj + c
+                for n_ready, (oc, _, _) in options.items():
+                    k = min(need, j + n_ready)
+                    cand = cj + oc
                     cur = nxt.get(k)
                     if cur is None or cand < cur[0]:
-                        nxt[k] = (cand, (*chain, (ci, r)))
+                        nxt[k] = (cand, (*chain, (ci, n_ready)))
             dp = nxt
         # ... then the cheapest one-host components fill the rest.
         lone.sort()
         prefix = [0]
-        for c, _, _, _ in lone:
-            prefix.append(prefix[-1] + c)
+        for lc, _, _, _ in lone:
+            prefix.append(prefix[-1] + lc)
         best: tuple[int, int] | None = None  # (cost, j)
         for j, (cj, _) in dp.items():
             rest = need - j
@@ -922,11 +922,11 @@ class VictimIndex:
         _, j = best
         chosen_gangs: list[Victim] = []
         plan_hosts: dict[str, tuple[int, ...]] = {}  # host -> single-victim indices there
-        for ci, r in dp[j][1]:
-            _, subset, readied = multi[ci][r]
-            chosen_gangs.extend(subset)
-            for h, idx in readied:
-                plan_hosts[h] = idx
+        for ci, n_ready in dp[j][1]:
+            _, csubset, creadied = multi[ci][n_ready]
+            chosen_gangs.extend(csubset)
+            for rh, ridx in creadied:
+                plan_hosts[rh] = ridx
         for _, _, h, idx in lone[: max(0, need - j)]:
             plan_hosts[h] = idx
         # Place on the readied hosts (and the free ones), topology first.

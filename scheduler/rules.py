@@ -112,7 +112,8 @@ class BudgetRule:
             return RECLAIM_UNALLOCATED
         due = self.due
         on_due = due is not None and any(h in due.hosts for h, _ in v.placement)
-        if on_due and (v.started_at or 0) >= due.since:  # backfill: taken back at until
+        # Backfill on a due reservation's hosts is taken back at ``until``.
+        if on_due and due is not None and (v.started_at or 0) >= due.since:
             return RESERVATION
         if len(v.placement) > self.hosts:
             return None  # never tear down a gang larger than oneself: it frees hosts unused

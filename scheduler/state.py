@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
@@ -86,7 +88,7 @@ class State:
         self.memo: dict[str, object] = {}
         # Why each workload last left a host (for explain): (reason, by, at).
         self.last_preemption: dict[str, tuple[str, str | None, int]] = {}
-        self._fold = {
+        self._fold: dict[type, Callable[[Any], None]] = {
             PolicyConfigured: self._policy,
             BudgetNodeDefined: self._node_defined,
             BudgetSharesSet: self._shares_set,

@@ -10,7 +10,7 @@ that refused its input. It reads the state and never changes it.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from events import (
     INPUT_TYPES,
@@ -270,7 +270,7 @@ _REJECTION_KIND: dict[type, str] = {
     BudgetSharesSet: "budget",
 }
 
-_CHECKS = {
+_CHECKS: dict[type, Any] = {
     PolicyConfigured: _policy,
     BudgetNodeDefined: _node_defined,
     BudgetSharesSet: _shares_set,

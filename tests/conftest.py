@@ -8,6 +8,14 @@ topic prefix (``tests.kafka.unique_prefix``), not by broker.
 
 from __future__ import annotations
 
+import os
+
+# The tests run the pure-Python core: some replace the core's methods, which the
+# compiled core's classes do not allow. tests/test_native.py runs the compiled
+# core in child processes and demands the same bytes. Set before anything
+# imports the core (conftest is imported first); an explicit value is kept.
+os.environ.setdefault("ALLOT_CORE", "pure")
+
 from collections.abc import Iterator
 from pathlib import Path
 
