@@ -20,8 +20,6 @@ Priority scheduling with opt-out preemption, as the brief describes it:
 
 from __future__ import annotations
 
-import heapq
-from itertools import islice
 from typing import TYPE_CHECKING
 
 from projections.cluster import DEGRADED, FAILED
@@ -86,13 +84,10 @@ def decide(state: State, cause: str = "cycle") -> list[Event]:
     def limit(team: str) -> int:
         return int(tree.entitlement(team) * capacity_gpus) if team in tree else 0
 
-    # 3. Everything pending, in one global priority order.
-    # Every per-leaf queue is already sorted by ``queue_key`` (unique: it ends with
-    # the workload id), so merging them gives exactly the fully sorted list; and
-    # only the head of it is read, so only the head is merged.
-    queues = [*state.workloads.pending.values(), *state.workloads.pending_free.values()]
+    # 3. Everything pending, in one global priority order (the projection keeps
+    # it: ``WorkloadsProjection.queue``), of which only the head is read.
     head = state.policy.queue_depth * 8
-    queue: list[Workload] = [w for _, w in islice(heapq.merge(*queues), head)]
+    queue: list[Workload] = [w for _, w in state.workloads.queue[:head]]
     searches = state.policy.preemption_searches
     # The old scheduler knew no minimum runtimes or checkpoints: a victim costs the
     # work it loses (all of its run unless it resumes), then its GPUs.
@@ -110,10 +105,7 @@ def decide(state: State, cause: str = "cycle") -> list[Event]:
         opt_out = w.allocated and held.get(team, 0) + w.gpus <= limits[team]
         n, k = w.hosts, w.gpus_per_host
         placed = capacity.choose(n, k, now) if capacity.total_free >= n * k else None
-        if placed is None and searches > 0 and not any(
-            n >= fn and k >= fk and (fo or not opt_out) and w.priority <= fp
-            for fn, fk, fo, fp in failed
-        ):
+        if placed is None and searches > 0 and not _dominated(failed, n, k, opt_out, w.priority):
             searches -= 1
             if victims is None:
                 victims = VictimIndex.for_cycle(state, gone)
@@ -139,3 +131,13 @@ def decide(state: State, cause: str = "cycle") -> list[Event]:
         if opt_out:
             held[team] = held.get(team, 0) + w.gpus
     return emit.events
+
+
+def _dominated(failed: list[tuple[int, int, bool, int]], n: int, k: int, opt_out: bool,
+               priority: int) -> bool:
+    """A search as easy failed already: as many hosts or fewer, as few GPUs each or fewer,
+    rights at least these (opted out, or this one is not), priority at least this."""
+    for fn, fk, fo, fp in failed:
+        if n >= fn and k >= fk and (fo or not opt_out) and priority <= fp:
+            return True
+    return False
