@@ -108,7 +108,7 @@ class WorkloadsProjection:
     """The fold of workload lifecycle events."""
 
     __slots__ = ("all", "by_shape", "free_by_shape", "free_shapes", "moves", "pending",
-                 "pending_free", "queue", "running", "running_version", "seq")
+                 "pending_free", "protection_ends", "queue", "running", "running_version", "seq")
 
     def __init__(self) -> None:
         self.all: dict[str, Workload] = {}
@@ -124,6 +124,10 @@ class WorkloadsProjection:
         self.queue: list[tuple[tuple[int, int, int, str], Workload]] = []
         self.running: dict[str, Workload] = {}
         self.running_version = 0  # bumped whenever the running set changes (memo key)
+        # The running set's ``protected_until`` values, sorted (one per protected
+        # run): when the next protection ends is a bisection, not a sort of the
+        # running set after each change. Derived, so not in a snapshot.
+        self.protection_ends: list[int] = []
         # The latest changes of the running set, oldest first: the last
         # ``len(moves)`` of them, which took ``running_version`` from
         # ``running_version - len(moves)`` to where it is. A start records what
@@ -197,6 +201,8 @@ class WorkloadsProjection:
         w.protected_until = protected_until
         w.started_at = now
         w.runs += 1
+        if protected_until is not None:
+            insort(self.protection_ends, protected_until)
         self.running[w.id] = w
         self.running_version += 1
         self._moved(Move(w.id, w.budget, w.gpus, allocated, protected_until, now))
@@ -212,6 +218,9 @@ class WorkloadsProjection:
         del self.running[w.id]
         self.running_version += 1
         self._moved(Move(w.id, w.budget, 0, False, None, None))
+        if w.protected_until is not None:
+            ends = self.protection_ends
+            del ends[bisect_left(ends, w.protected_until)]
         w.placement = ()
         w.protected_until = None
         if status == PENDING:

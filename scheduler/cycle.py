@@ -42,7 +42,7 @@ from projections.cluster import FAILED
 from projections.workloads import Workload
 from scheduler.emit import Emitter
 from scheduler.placement import NEVER, Capacity
-from scheduler.preemption import CostModel, Plan, VictimIndex, checkpoint_interval
+from scheduler.preemption import CostModel, Plan, VictimIndex, checkpoint_rule
 from scheduler.ranking import Ranking, commitments, fair_share_time
 from scheduler.reservations import Book, Frees, Reservation, host_frees, ready_times, size_class
 from scheduler.rules import BudgetRule, Due, less_used
@@ -765,8 +765,7 @@ class Cycle:
     def costs(self) -> CostModel:
         """What stopping each workload costs in this cycle (see scheduler.preemption)."""
         if self._costs is None:
-            policy = self.policy
-            self._costs = CostModel(self.now, lambda v: checkpoint_interval(v, policy),
+            self._costs = CostModel(self.now, checkpoint_rule(self.policy),
                                     self.ranking.keep_value)
         return self._costs
 

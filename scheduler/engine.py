@@ -114,16 +114,8 @@ class Engine:
     def _next_expiry(self) -> int:
         state = self.state
         now = state.now
-        # The running set's protection ends, sorted, kept while it does not change
-        # (``protected_until`` is set only by a start and cleared by a stop).
-        rv = state.workloads.running_version
-        cached = state.memo.get("protection_ends")
-        if cached is not None and cached[0] == rv:  # type: ignore[index]
-            ends: list[int] = cached[1]  # type: ignore[index]
-        else:
-            ends = sorted([pu for w in state.workloads.running.values()
-                           if (pu := w.protected_until) is not None])
-            state.memo["protection_ends"] = (rv, ends)
+        # The running set's protection ends, sorted (kept by the projection).
+        ends = state.workloads.protection_ends
         i = bisect_right(ends, now)
         nxt = min(ends[i], NEVER) if i < len(ends) else NEVER
         for _, until, _ in state.reservations.values():  # a due reservation matters too

@@ -105,6 +105,21 @@ def checkpoint_interval(w: Workload, policy: Any) -> int | None:
     return own if own else getattr(policy, "checkpoint_interval_s", None)
 
 
+def checkpoint_rule(policy: Any) -> Callable[[Workload], int | None]:
+    """``checkpoint_interval`` for one policy, its default read once.
+
+    It is asked for every victim a cycle costs; asking the policy each time for a
+    field it does not have raised and caught an AttributeError per victim.
+    """
+    default = getattr(policy, "checkpoint_interval_s", None)
+
+    def rule(w: Workload) -> int | None:
+        own = w.checkpoint_interval_s
+        return own if own else default
+
+    return rule
+
+
 class CostModel:
     """What stopping each workload costs in one cycle (memoised per workload)."""
 

@@ -253,6 +253,8 @@ def _restore_workloads(b: dict[str, Any]) -> WorkloadsProjection:
         if every[wid].status != RUNNING:
             raise ValueError(f"{wid} is listed as running but is {every[wid].status}")
         wl.running[wid] = every[wid]
+    wl.protection_ends = sorted([pu for w in wl.running.values()
+                                 if (pu := w.protected_until) is not None])
 
     def queue(ids: list[str]) -> list[tuple[tuple[int, int, int, str], Workload]]:
         out = []

@@ -335,6 +335,12 @@ class Run:
             assert h.workloads == per_host[name], (name, h.workloads, per_host[name])
         assert set(per_host) <= set(st_.cluster_state.hosts)
         assert set(st_.workloads.running) == set(self.runs)
+        # The indexes the projection keeps equal what they index, recomputed.
+        wl = st_.workloads
+        assert wl.protection_ends == sorted(w.protected_until for w in wl.running.values()
+                                            if w.protected_until is not None)
+        assert wl.queue == sorted([item for queues in (wl.pending, wl.pending_free)
+                                   for q in queues.values() for item in q], key=lambda i: i[0])
         # Total charge == allocated run time, leaf by leaf, computed from the events alone.
         expected = dict(self.charged)
         for wid, (start, gpus, allocated, _, _) in self.runs.items():
