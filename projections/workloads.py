@@ -100,8 +100,11 @@ class Move(NamedTuple):
     started_at: int | None
 
 
-def _first(item: tuple[tuple[int, int, int, str], Workload]) -> tuple[int, int, int, str]:
-    return item[0]
+# The queues hold (queue_key, workload) pairs and are searched without a key
+# function: queue keys are unique (they end with the workload id), so tuple
+# order is queue-key order and never compares two workloads, and ``(key,)``
+# sorts just before ``(key, workload)``. (A key function is a Python call per
+# comparison; the tuples compare in C.)
 
 
 class WorkloadsProjection:
@@ -158,15 +161,15 @@ class WorkloadsProjection:
 
     def _enqueue(self, w: Workload) -> None:
         w.status = PENDING
-        insort(self._queues(w).setdefault(w.budget, []), (w.queue_key, w), key=_first)
-        insort(self.queue, (w.queue_key, w), key=_first)
+        insort(self._queues(w).setdefault(w.budget, []), (w.queue_key, w))
+        insort(self.queue, (w.queue_key, w))
         shape = (w.hosts, w.gpus_per_host)
         if w.min_runtime_s == 0:
             self.free_shapes[shape] = self.free_shapes.get(shape, 0) + 1
             index = self.free_by_shape
         else:
             index = self.by_shape
-        insort(index.setdefault(w.budget, {}).setdefault(shape, []), (w.queue_key, w), key=_first)
+        insort(index.setdefault(w.budget, {}).setdefault(shape, []), (w.queue_key, w))
 
     def _dequeue(self, w: Workload) -> None:
         shape = (w.hosts, w.gpus_per_host)
@@ -179,18 +182,18 @@ class WorkloadsProjection:
             index = self.by_shape
         shapes = index[w.budget]
         q = shapes[shape]
-        del q[bisect_left(q, w.queue_key, key=_first)]
+        del q[bisect_left(q, (w.queue_key,))]
         if not q:
             del shapes[shape]
             if not shapes:
                 del index[w.budget]
         queues = self._queues(w)
         q = queues[w.budget]
-        del q[bisect_left(q, w.queue_key, key=_first)]
+        del q[bisect_left(q, (w.queue_key,))]
         if not q:
             del queues[w.budget]
         q = self.queue
-        del q[bisect_left(q, w.queue_key, key=_first)]
+        del q[bisect_left(q, (w.queue_key,))]
 
     def start(self, w: Workload, placement: tuple[tuple[str, int], ...], allocated: bool,
               protected_until: int | None, now: int) -> None:

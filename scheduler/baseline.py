@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from projections.cluster import DEGRADED, FAILED
+from projections.cluster import FAILED
 from projections.workloads import Workload
 from scheduler.emit import Emitter
 from scheduler.placement import Capacity
@@ -55,11 +55,11 @@ def decide(state: State, cause: str = "cycle") -> list[Event]:
         emit.preempted(w.id, reason, by, requeued=w.resumable)
 
     # 1. Faulty hosts: preemptible work leaves at once; opt-out work stays until it ends.
+    # (``faulty`` holds exactly the degraded and failed hosts; sorted, they are
+    # in the cluster's scan order, ``order``.)
     hosts = state.cluster_state.hosts
-    for name in state.cluster_state.order:
+    for name in sorted(state.cluster_state.faulty):
         h = hosts[name]
-        if h.health not in (DEGRADED, FAILED):
-            continue
         host_failed = h.health == FAILED
         left = 0
         for wid in sorted(h.workloads):
@@ -73,13 +73,27 @@ def decide(state: State, cause: str = "cycle") -> list[Event]:
         if left == 0:
             emit.drained(name)
 
-    # 2. Non-preemptible GPUs held per team, against the team's limit.
+    # 2. Non-preemptible GPUs held per team, against the team's limit. A sum over
+    # the running set, kept while it and the teams are unchanged (most cycles
+    # follow an input that starts or stops nothing); this cycle's copy is its own.
     capacity_gpus = state.cluster_state.capacity
-    held: dict[str, int] = {}
-    for w in running.values():
-        if w.allocated and w.id not in gone:
+    key = (state.workloads.running_version, tree.version, team_depth)
+    cached = state.memo.get("baseline_held")
+    if cached is not None and cached[0] == key:  # type: ignore[index]
+        running_held: dict[str, int] = cached[1]  # type: ignore[index]
+    else:
+        running_held = {}
+        for w in running.values():
+            if w.allocated:
+                team = team_of[w.budget]
+                running_held[team] = running_held.get(team, 0) + w.gpus
+        state.memo["baseline_held"] = (key, running_held)
+    held = dict(running_held)
+    for wid in gone:  # stopped above; on a failed host that includes opted-out work
+        w = running[wid]
+        if w.allocated:
             team = team_of[w.budget]
-            held[team] = held.get(team, 0) + w.gpus
+            held[team] -= w.gpus
 
     def limit(team: str) -> int:
         return int(tree.entitlement(team) * capacity_gpus) if team in tree else 0

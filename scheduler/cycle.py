@@ -239,7 +239,7 @@ class Cycle:
                 if i < len(queue):
                     heads.append((queue[i][0], shape, i, queue[i][1]))
             if len(heads) > 1:
-                heads.sort(key=_head_key)
+                heads.sort()  # (queue keys are unique: never compares further)
             while True:
                 pos = 0
                 while pos < len(heads) and not self.could_start(leaf, heads[pos][1]):
@@ -261,7 +261,7 @@ class Cycle:
                 if f is not None:
                     i = cursor[shape] = _next_shorter(queue, i, f, depth)
                 if i < len(queue):
-                    insort(heads, (queue[i][0], shape, i, queue[i][1]), key=_head_key)
+                    insort(heads, (queue[i][0], shape, i, queue[i][1]))
             if started is not None:
                 # Its commitment moves this allocation down the order.
                 ranking.commit(leaf, started.gpus * started.min_runtime_s)
@@ -797,11 +797,6 @@ class Cycle:
         for h, g in w.placement:
             self.capacity.give(h, g)
         self.emit.preempted(w.id, reason, by, requeued=w.resumable)
-
-
-def _head_key(head: tuple[tuple[int, int, int, str], Shape, int, Workload]
-              ) -> tuple[int, int, int, str]:
-    return head[0]
 
 
 def _identity(w: Workload) -> tuple[object, ...]:

@@ -95,13 +95,9 @@ def host_frees(hosts: dict[str, Host], running: dict[str, Workload]) -> Frees:
                 frees.append((-1, gpus, wid, other))
             elif other.protected_until is not None:
                 frees.append((other.protected_until, gpus, wid, other))
-        frees.sort(key=_first_three)
+        frees.sort()  # (ids are unique on a host: never compares two workloads)
         out[name] = frees
     return out
-
-
-def _first_three(item: tuple[int, int, str, Workload]) -> tuple[int, int, str]:
-    return item[0], item[1], item[2]
 
 
 def ready_times(w: Workload, capacity: Capacity, frees: Frees, rule: Rule,

@@ -43,6 +43,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import KafkaError
 from aiokafka.partitioner import murmur2
 
+import native
 from events import ClockTicked, Event, encode, tag_of
 from events.errors import AllotError
 from events.limits import MAX_RECORD_BYTES
@@ -233,7 +234,8 @@ class Worker:
             self.log.info("metrics.listening", address=f"{s.metrics_host}:{self.metrics_address[1]}"
                           if self.metrics_address else None)
         self.log.info("worker.started", bootstrap=s.bootstrap, group=s.group,
-                      partitions=self.partitions, clusters=list(s.clusters))
+                      partitions=self.partitions, clusters=list(s.clusters),
+                      core=native.status().name)
 
     async def _start_prefetch(self) -> None:
         s = self.settings

@@ -28,7 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "scheduler": {"events", "projections", "native"},
     "simulator": {"events", "projections", "scheduler"},
     "audit": {"events"},
-    "streams": {"events", "projections", "scheduler", "simulator"},
+    "streams": {"events", "projections", "scheduler", "simulator", "native"},
     "allot": {"events", "projections", "scheduler", "simulator", "audit", "streams", "native"},
 }
 
