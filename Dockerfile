@@ -4,8 +4,8 @@
 # and the Python headers, which the slim image lacks); the runtime image takes
 # the compiled modules and insists on them (ALLOT_CORE=native: a build that does
 # not load stops the process with the reason instead of running slower).
-# Both stages install the same sources with pip, so the compiled modules'
-# manifest matches the installed files byte for byte.
+# Both stages install the same sources (the first stage's copy) with pip, so
+# the compiled modules' manifest matches the installed files byte for byte.
 FROM python:3.11 AS native
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -24,15 +24,7 @@ RUN ALLOT_CORE_DIR=/opt/allot-core python -m native.build
 
 FROM python:3.11-slim
 WORKDIR /app
-COPY pyproject.toml README.md ./
-COPY allot ./allot
-COPY events ./events
-COPY projections ./projections
-COPY scheduler ./scheduler
-COPY simulator ./simulator
-COPY audit ./audit
-COPY streams ./streams
-COPY native ./native
+COPY --from=native /src ./
 COPY scenarios ./scenarios
 RUN pip install --no-cache-dir .
 COPY --from=native /opt/allot-core /opt/allot-core
