@@ -101,20 +101,19 @@ def checkpoint_interval(w: Workload, policy: Any) -> int | None:
     else a policy-wide default if the policy carries one (``PolicyConfigured``
     has none today), else None: it checkpoints continuously and loses nothing.
     """
-    own = getattr(w, "checkpoint_interval_s", None)
-    return own if own else getattr(policy, "checkpoint_interval_s", None)
+    return checkpoint_rule(policy)(w)
 
 
 def checkpoint_rule(policy: Any) -> Callable[[Workload], int | None]:
     """``checkpoint_interval`` for one policy, its default read once.
 
-    It is asked for every victim a cycle costs; asking the policy each time for a
+    A cycle asks it for every victim it costs; asking the policy each time for a
     field it does not have raised and caught an AttributeError per victim.
     """
     default = getattr(policy, "checkpoint_interval_s", None)
 
     def rule(w: Workload) -> int | None:
-        own = w.checkpoint_interval_s
+        own = getattr(w, "checkpoint_interval_s", None)
         return own if own else default
 
     return rule
