@@ -53,8 +53,7 @@ FORMAT = 1  # of the manifest
 
 # The modules compiled: the whole fold and decision path. ``scheduler.explain``,
 # ``replay`` and ``snapshot`` stay Python (they run once per question or
-# restart, and the snapshot writer sets attributes mypyc's classes keep fixed);
-# they call into the compiled modules like any caller.
+# restart, not per cycle); they call into the compiled modules like any caller.
 MODULES: tuple[str, ...] = (
     "projections/budget_tree.py",
     "projections/cluster.py",
