@@ -41,19 +41,15 @@ CASES: dict[str, tuple[str, str, float | None, int | None, float]] = {
 
 RUN = """
 import hashlib, json, time
-import msgspec
+from pathlib import Path
 import native
+from benchmarks.common import scenario_at
 from events import encode_lines
 from simulator.driver import Simulation, load_sources
-from simulator.scenario import load_scenario
-scenarios = {scenarios!r}
-sc = load_scenario(scenarios + "/{scenario}.toml")
-if {days!r} is not None:
-    sc = msgspec.structs.replace(sc, horizon_days={days!r})
-if {hosts!r} is not None:
-    sc = msgspec.structs.replace(sc, cluster=msgspec.structs.replace(sc.cluster, hosts={hosts!r}))
-sources = load_sources(sc, __import__("pathlib").Path(scenarios))
-sim = Simulation(sc, {policy!r}, __import__("pathlib").Path(scenarios), sources)
+scenarios = Path({scenarios!r})
+sc = scenario_at(scenarios / "{scenario}.toml", {days!r}, {hosts!r})
+sources = load_sources(sc, scenarios)
+sim = Simulation(sc, {policy!r}, scenarios, sources)
 c0, w0 = time.process_time(), time.perf_counter()
 result = sim.run()
 cpu, wall = time.process_time() - c0, time.perf_counter() - w0

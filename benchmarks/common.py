@@ -7,8 +7,15 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
 
 import native
+
+if TYPE_CHECKING:
+    from simulator.scenario import Scenario
 
 
 def machine() -> str:
@@ -37,3 +44,16 @@ def median_seconds(fn: Callable[[], object], repeat: int, warmup: int = 2) -> tu
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times), times
+
+
+def scenario_at(path: Path, days: float | None = None, hosts: int | None = None) -> Scenario:
+    """The scenario file ``path``, cut to ``days`` and resized to ``hosts`` where given."""
+    from simulator.scenario import load_scenario
+
+    scenario = load_scenario(path)
+    if days is not None:
+        scenario = msgspec.structs.replace(scenario, horizon_days=days)
+    if hosts is not None:
+        scenario = msgspec.structs.replace(
+            scenario, cluster=msgspec.structs.replace(scenario.cluster, hosts=hosts))
+    return scenario

@@ -22,8 +22,6 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import msgspec
-
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
 # name -> (scenario file, horizon days override or None, hosts override or None)
@@ -42,17 +40,12 @@ POLICIES = ("allot", "baseline")
 
 def run_case(name: str, policy: str) -> tuple[str, str, str, float, float, int]:
     """(name, policy, sha256 of the log, wall seconds, CPU seconds, events)."""
+    from benchmarks.common import scenario_at
     from events import encode_lines
     from simulator.driver import Simulation
-    from simulator.scenario import load_scenario
 
     file, days, hosts = CASES[name]
-    scenario = load_scenario(SCENARIOS / f"{file}.toml")
-    if days is not None:
-        scenario = msgspec.structs.replace(scenario, horizon_days=days)
-    if hosts is not None:
-        scenario = msgspec.structs.replace(
-            scenario, cluster=msgspec.structs.replace(scenario.cluster, hosts=hosts))
+    scenario = scenario_at(SCENARIOS / f"{file}.toml", days, hosts)
     t0, c0 = time.perf_counter(), time.process_time()
     log = Simulation(scenario, policy, SCENARIOS).run().log
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
