@@ -34,6 +34,7 @@ an ``Outcome``: how it started, or what blocks it.
 from __future__ import annotations
 
 from bisect import insort
+from functools import cmp_to_key
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -45,7 +46,7 @@ from scheduler.placement import NEVER, Capacity
 from scheduler.preemption import CostModel, Plan, VictimIndex, checkpoint_rule
 from scheduler.ranking import Ranking, commitments, fair_share_time
 from scheduler.reservations import Book, Frees, Reservation, host_frees, ready_times, size_class
-from scheduler.rules import BudgetRule, Due, less_used
+from scheduler.rules import BudgetRule, Due
 
 if TYPE_CHECKING:
     from events import Event
@@ -121,6 +122,9 @@ class Cycle:
         self.failed: dict[str, list[tuple[int, int, int]]] = {}
         self.to_reserve: list[Workload] = []  # noted for a reservation, not yet worked out
         self._reach: dict[tuple[str, int, int, int], int] = {}  # could_start's per-leaf bound
+        # _freeable's sibling sums per parent, at (ranking version, victims left).
+        self._sibling_sums: dict[str, tuple[list[tuple[int, int]], list[int], int]] = {}
+        self._siblings_at: tuple[int, int] = (-1, -1)
         self._fits: dict[Shape, bool] = {}  # could_start: fits free GPUs, at capacity version ...
         self._fits_at = -1  # ... this one
         self._failures: dict[tuple[object, ...], object] | None = None  # see failures()
@@ -565,22 +569,70 @@ class Cycle:
         return have  # type: ignore[return-value]
 
     def _freeable(self, idx: VictimIndex, leaf: str, commitment: int, priority: int | None) -> int:
-        by_node = idx.by_node
-        own = by_node.get(leaf, 0) if priority is None else idx.lower_priority_gpus(leaf, priority)
+        own = idx.by_node.get(leaf, 0) if priority is None else idx.lower_priority_gpus(leaf, priority)
         have = self.capacity.total_free + idx.unallocated_gpus + own
         r = self.ranking
-        use, shares, children = r.use, r.shares, r.children
+        use, shares = r.use, r.shares
         path = r._paths[leaf]
         for i in range(1, len(path)):
             x = path[i]
             sx = shares[x]
             if sx <= 0:
                 break
-            ux = use[x]
-            for y in children[path[i - 1]]:
-                if y != x and y in by_node and less_used(ux, sx, use[y], shares[y], commitment):
-                    have += by_node[y]
+            # The siblings y of x it may take from: those with no share, and those
+            # where less_used(use[x], sx, use[y], sy, commitment), i.e. whose
+            # use[y] / sy exceeds q / sx: a suffix of the siblings by that ratio
+            # (x itself is never in it: q / sx >= use[x] / sx).
+            q = use[x] + commitment
+            ratios, gpus, zero = self._siblings(idx, path[i - 1])
+            lo, hi = 0, len(ratios)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                uy, sy = ratios[mid]
+                if q * sy < uy * sx:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            have += zero + gpus[lo]
         return have
+
+    def _siblings(self, idx: VictimIndex, parent: str) -> tuple[list[tuple[int, int]], list[int], int]:
+        """``parent``'s children holding allocated victims, for ``_freeable``.
+
+        (usage, share) of those with a share, ascending by usage per share; per
+        position, the victims' GPUs from there to the end; and the GPUs of those
+        with no share (every candidate may take those). What a sibling sum reads,
+        the order's usage and the victim counts, changes only with a commitment
+        (``Ranking.version``) or a victim gone (``VictimIndex.size``): the lists
+        are kept until either moves. Sums of the same integers: the loop over
+        the children they replace gives the same totals.
+        """
+        r = self.ranking
+        at = (r.version, idx.size)
+        if self._siblings_at != at:
+            self._sibling_sums = {}
+            self._siblings_at = at
+        found = self._sibling_sums.get(parent)
+        if found is None:
+            by_node = idx.by_node
+            use, shares = r.use, r.shares
+            ranked: list[tuple[int, int, int]] = []
+            zero = 0
+            for y in r.children[parent]:
+                g = by_node.get(y)
+                if g is None:
+                    continue
+                sy = shares[y]
+                if sy <= 0:
+                    zero += g
+                else:
+                    ranked.append((use[y], sy, g))
+            ranked.sort(key=cmp_to_key(_by_use_per_share))
+            gpus = [0] * (len(ranked) + 1)
+            for j in range(len(ranked) - 1, -1, -1):
+                gpus[j] = gpus[j + 1] + ranked[j][2]
+            found = self._sibling_sums[parent] = ([(u, s) for u, s, _ in ranked], gpus, zero)
+        return found
 
     # ------------------------------------------------------------------ step 6
 
@@ -797,6 +849,12 @@ class Cycle:
         for h, g in w.placement:
             self.capacity.give(h, g)
         self.emit.preempted(w.id, reason, by, requeued=w.resumable)
+
+
+def _by_use_per_share(a: tuple[int, int, int], b: tuple[int, int, int]) -> int:
+    """Order (usage, share, ...) by usage per share, in exact integers (shares > 0)."""
+    d = a[0] * b[1] - b[0] * a[1]
+    return (d > 0) - (d < 0)
 
 
 def _identity(w: Workload) -> tuple[object, ...]:

@@ -31,10 +31,12 @@ would hold them, so the log replays bit for bit.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import msgspec
@@ -62,6 +64,24 @@ FINISH, REPAIR, FAULT, SUBMIT, CANCEL, TICK = range(6)
 
 # A non-resumable victim's owner notices and resubmits it this long after the preemption.
 RESUBMIT_DELAY_S = 60
+
+# Allocations between young-generation collections during a run (CPython's
+# default is 700). A run allocates millions of short-lived tuples and dicts and
+# keeps every event in its log: at the default, collections (and the full ones
+# that walk the whole log) took 4-5 % of a calibrated month's CPU; at this
+# threshold, under 1 %. Garbage is the same, only collected in larger batches.
+GC_YOUNG_THRESHOLD = 100_000
+
+
+@contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """Run with the young generation's threshold raised; restore the old ones after."""
+    old = gc.get_threshold()
+    gc.set_threshold(max(old[0], GC_YOUNG_THRESHOLD), *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
 
 
 class SimResult(msgspec.Struct, kw_only=True):
@@ -161,6 +181,10 @@ class Simulation:
 
     def run(self, progress: Callable[[int, int], None] | None = None) -> SimResult:
         """Simulate to the horizon; ``progress(sim_seconds_done, horizon)`` is called as it goes."""
+        with _fewer_collections():
+            return self._run(progress)
+
+    def _run(self, progress: Callable[[int, int], None] | None) -> SimResult:
         wall0 = time.perf_counter()
         sc = self.scenario
         epoch, horizon = sc.epoch, sc.horizon_s

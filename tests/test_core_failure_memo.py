@@ -100,3 +100,43 @@ def test_priming_fixes_the_keep_value_as_costing_would() -> None:
     costs.trail = trail = set()
     costs.prime("lab/b")
     assert trail == set(), "priming is not costing"
+
+
+def _freeable_by_loop(cycle: cycle_mod.Cycle, idx: preemption.VictimIndex, leaf: str,
+                      commitment: int, priority: int | None) -> int:
+    """The preemption bound as a walk over every sibling (what ``_siblings`` replaces)."""
+    from scheduler.rules import less_used
+
+    by_node = idx.by_node
+    own = by_node.get(leaf, 0) if priority is None else idx.lower_priority_gpus(leaf, priority)
+    have = cycle.capacity.total_free + idx.unallocated_gpus + own
+    r = cycle.ranking
+    path = r._paths[leaf]
+    for i in range(1, len(path)):
+        x = path[i]
+        sx = r.shares[x]
+        if sx <= 0:
+            break
+        for y in r.children[path[i - 1]]:
+            if y != x and y in by_node and less_used(r.use[x], sx, r.use[y], r.shares[y], commitment):
+                have += by_node[y]
+    return have
+
+
+@pytest.mark.parametrize("name,days", [("demo", None), ("ai2-month", 2.0)])
+def test_the_bound_from_sorted_sibling_sums_is_the_walk_over_siblings(
+        monkeypatch: pytest.MonkeyPatch, name: str, days: float | None) -> None:
+    """Every preemption bound a run asks for equals the sum over siblings it replaces."""
+    real = cycle_mod.Cycle._freeable
+    asked: list[int] = []
+
+    def checked(self, idx, leaf, commitment, priority):  # type: ignore[no-untyped-def]
+        got = real(self, idx, leaf, commitment, priority)
+        assert got == _freeable_by_loop(self, idx, leaf, commitment, priority), (leaf, commitment)
+        asked.append(commitment)
+        return got
+
+    monkeypatch.setattr(cycle_mod.Cycle, "_freeable", checked)
+    shipped_log(name, days)
+    assert len(asked) > 1000
+    assert len(set(asked)) > 50  # many commitments, not one

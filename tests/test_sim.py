@@ -34,6 +34,31 @@ def test_a_different_seed_gives_a_different_log() -> None:
     assert a != b
 
 
+def test_a_run_collects_garbage_in_larger_batches_and_restores_the_thresholds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The young generation's threshold is raised only while a run lasts (even one that raises)."""
+    import gc
+
+    from simulator import driver
+
+    seen: list[tuple[int, ...]] = []
+
+    def fake_run(self: Simulation, progress: object) -> None:
+        seen.append(gc.get_threshold())
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(Simulation, "_run", fake_run)
+    old = gc.get_threshold()
+    gc.set_threshold(700, *old[1:])
+    try:
+        with pytest.raises(RuntimeError):
+            Simulation(load_scenario(DEMO), "allot", DEMO.parent).run()
+        assert seen == [(driver.GC_YOUNG_THRESHOLD, *old[1:])]
+        assert gc.get_threshold() == (700, *old[1:])
+    finally:
+        gc.set_threshold(*old)
+
+
 def test_both_policies_run_the_same_workloads() -> None:
     """allot and the baseline see the same submissions at the same times."""
     def subs(policy: str) -> list[tuple[int, str]]:
