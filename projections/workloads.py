@@ -110,8 +110,8 @@ class Move(NamedTuple):
 class WorkloadsProjection:
     """The fold of workload lifecycle events."""
 
-    __slots__ = ("all", "by_shape", "free_by_shape", "free_shapes", "moves", "pending",
-                 "pending_free", "protection_ends", "queue", "running", "running_version", "seq")
+    __slots__ = ("_queue", "all", "by_shape", "free_by_shape", "free_shapes", "moves", "pending",
+                 "pending_free", "protection_ends", "running", "running_version", "seq")
 
     def __init__(self) -> None:
         self.all: dict[str, Workload] = {}
@@ -120,11 +120,8 @@ class WorkloadsProjection:
         # in different steps of the cycle.
         self.pending: dict[str, list[tuple[tuple[int, int, int, str], Workload]]] = {}
         self.pending_free: dict[str, list[tuple[tuple[int, int, int, str], Workload]]] = {}
-        # Every pending workload of every leaf, both kinds, in one global order of
-        # ``queue_key``: the old scheduler's single queue (scheduler.baseline reads
-        # its head every cycle, which merging the leaves' queues anew cost a third
-        # of its time). Derived from the queues above, so not in a snapshot.
-        self.queue: list[tuple[tuple[int, int, int, str], Workload]] = []
+        # ``queue`` (built on first read, then kept): see there.
+        self._queue: list[tuple[tuple[int, int, int, str], Workload]] | None = None
         self.running: dict[str, Workload] = {}
         self.running_version = 0  # bumped whenever the running set changes (memo key)
         # The running set's ``protected_until`` values, sorted (one per protected
@@ -151,6 +148,23 @@ class WorkloadsProjection:
         # shapes that still fit, however long a leaf's queue is.
         self.free_by_shape: dict[str, dict[tuple[int, int], list[tuple[tuple[int, int, int, str], Workload]]]] = {}
 
+    @property
+    def queue(self) -> list[tuple[tuple[int, int, int, str], Workload]]:
+        """Every pending workload of every leaf, both kinds, in one global order of ``queue_key``.
+
+        The old scheduler's single queue: scheduler.baseline reads its head every
+        cycle (merging the leaves' queues anew cost a third of its time). Derived
+        from the leaves' queues, so not in a snapshot; built on the first read
+        and kept from then on, so a fold that never reads it (the budget
+        policy's) never pays for keeping it: each insertion and removal moves
+        the tail of a list as long as the whole backlog.
+        """
+        q = self._queue
+        if q is None:
+            q = self._queue = sorted([item for queues in (self.pending, self.pending_free)
+                                      for leaf in queues.values() for item in leaf])
+        return q
+
     def submit(self, w: Workload) -> None:
         self.all[w.id] = w
         self.seq += 1
@@ -162,7 +176,8 @@ class WorkloadsProjection:
     def _enqueue(self, w: Workload) -> None:
         w.status = PENDING
         insort(self._queues(w).setdefault(w.budget, []), (w.queue_key, w))
-        insort(self.queue, (w.queue_key, w))
+        if self._queue is not None:
+            insort(self._queue, (w.queue_key, w))
         shape = (w.hosts, w.gpus_per_host)
         if w.min_runtime_s == 0:
             self.free_shapes[shape] = self.free_shapes.get(shape, 0) + 1
@@ -192,8 +207,9 @@ class WorkloadsProjection:
         del q[bisect_left(q, (w.queue_key,))]
         if not q:
             del queues[w.budget]
-        q = self.queue
-        del q[bisect_left(q, (w.queue_key,))]
+        everyone = self._queue
+        if everyone is not None:
+            del everyone[bisect_left(everyone, (w.queue_key,))]
 
     def start(self, w: Workload, placement: tuple[tuple[str, int], ...], allocated: bool,
               protected_until: int | None, now: int) -> None:

@@ -521,9 +521,15 @@ class Cycle:
         """Remember a failed search in ``w``'s leaf (only entries no other one covers)."""
         n, k = w.hosts, w.gpus_per_host
         failed = self.failed.setdefault(w.budget, [])
-        if any(n == fn and k >= fk and commitment >= fc for fn, fk, fc in failed):
-            return
-        failed[:] = [f for f in failed if not (f[0] == n and f[1] >= k and f[2] >= commitment)]
+        covered = False
+        for fn, fk, fc in failed:
+            if fn == n:
+                if k >= fk and commitment >= fc:
+                    return
+                if fk >= k and fc >= commitment:
+                    covered = True
+        if covered:
+            failed[:] = [f for f in failed if not (f[0] == n and f[1] >= k and f[2] >= commitment)]
         failed.append((n, k, commitment))
 
     def dominated(self, w: Workload, commitment: int) -> bool:
@@ -538,9 +544,15 @@ class Cycle:
         size, which a smaller request may not. Nor across leaves: another leaf may
         preempt its own lower-priority work, or sit elsewhere in the tree.)
         """
+        failed = self.failed.get(w.budget)
+        if failed is None:
+            return False
         n, k = w.hosts, w.gpus_per_host
-        return any(n == fn and k >= fk and commitment >= fc
-                   for fn, fk, fc in self.failed.get(w.budget, ()))
+        # A loop, not any(): compiled, it allocates no generator per call (asked per candidate).
+        for fn, fk, fc in failed:  # noqa: SIM110
+            if n == fn and k >= fk and commitment >= fc:
+                return True
+        return False
 
     def could_free(self, w: Workload, commitment: int) -> bool:
         """A necessary condition for a search for ``w`` to succeed (see ``freeable``)."""

@@ -270,9 +270,6 @@ def _restore_workloads(b: dict[str, Any]) -> WorkloadsProjection:
     wl.by_shape = {leaf: {(s[0], s[1]): queue(ids) for s, ids in shapes}
                    for leaf, shapes in b["by_shape"]}
     wl.free_shapes = {(s[0], s[1]): n for s, n in b["free_shapes"]}
-    # The global order, derived: every leaf's queue of both kinds, by queue key (unique).
-    wl.queue = sorted([item for queues in (wl.pending, wl.pending_free)
-                       for q in queues.values() for item in q], key=lambda item: item[0])
     for leaf, q in wl.pending_free.items():  # a derived index: each leaf's queue split by shape
         split = wl.free_by_shape.setdefault(leaf, {})
         for item in q:
