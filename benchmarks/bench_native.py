@@ -11,8 +11,11 @@ the native/pure ratio (the machine-independent figure), the target, and
 whether the two forms wrote the same log (sha256): a benchmark that also
 checks it measured the same thing.
 
+``--philly-hosts 24,32,40,48`` adds the Philly trace at those host counts (8
+GPUs each) for both policies: the range between the two ends the issue names.
+
 Usage: python -m benchmarks.bench_native [--rounds N] [--only SUBSTR] [--skip-pure]
-       [--clock cpu|wall] [--json FILE]
+       [--philly-hosts N,N,...] [--clock cpu|wall] [--json FILE]
 """
 
 from __future__ import annotations
@@ -59,6 +62,22 @@ print(json.dumps({{"cpu": cpu, "wall": wall, "core": native.status().name,
 """
 
 
+def add_philly_sizes(hosts: list[int]) -> None:
+    """Add the Philly trace at each of ``hosts`` (8-GPU hosts), both policies, to CASES."""
+    for n in hosts:
+        if n < 16:
+            raise SystemExit(f"--philly-hosts: {n} hosts cannot run the trace's 128-GPU gangs (>= 16)")
+        for policy in ("allot", "baseline"):
+            CASES[f"philly-{8 * n}/{policy}"] = ("philly", policy, None, n, 30.0)
+
+
+def _host_counts(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected host counts like 24,32,40: {text!r}") from None
+
+
 def run_case(name: str, form: str) -> dict[str, object]:
     scenario, policy, days, hosts, _ = CASES[name]
     code = RUN.format(scenarios=str(HERE / "scenarios"), scenario=scenario, policy=policy,
@@ -81,9 +100,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=3, help="runs per case and form (median)")
     ap.add_argument("--only", default="", help="only the cases whose name contains this")
     ap.add_argument("--skip-pure", action="store_true", help="the compiled core only")
+    ap.add_argument("--philly-hosts", type=_host_counts, default=[],
+                    help="also the Philly trace at these host counts (8 GPUs each), e.g. 24,32,40,48")
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     ap.add_argument("--json", type=Path, default=None, help="also write every run here")
     args = ap.parse_args(argv)
+    add_philly_sizes(args.philly_hosts)
     print(f"machine: {machine()}")
     forms = ["native"] if args.skip_pure else ["pure", "native"]
     names = [n for n in CASES if args.only in n]
