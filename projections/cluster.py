@@ -45,7 +45,7 @@ class ClusterProjection:
     """The fold of host events and placements."""
 
     __slots__ = ("_capacity", "_usable_sorted", "by_free", "faulty", "health_version", "hosts",
-                 "labels", "max_gpus", "order", "sizes", "usable")
+                 "labels", "max_gpus", "order", "sizes", "usable", "usable_free")
 
     def __init__(self) -> None:
         self.hosts: dict[str, Host] = {}
@@ -55,6 +55,7 @@ class ClusterProjection:
         # O(buckets) instead of scanning hosts: free GPUs of every healthy host,
         # and healthy hosts bucketed by free GPUs (each bucket sorted by name).
         self.usable: dict[str, int] = {}
+        self.usable_free = 0  # the sum of ``usable``'s values
         self.by_free: list[list[str]] = [[]]
         self.labels: dict[str, tuple[str | None, str | None]] = {}
         self.max_gpus = 0
@@ -78,11 +79,13 @@ class ClusterProjection:
     def _index(self, h: Host) -> None:
         if h.health == OK:
             self.usable[h.name] = h.free
+            self.usable_free += h.free
             insort(self.by_free[h.free], h.name)
 
     def _unindex(self, h: Host) -> None:
         if h.name in self.usable:
             del self.usable[h.name]
+            self.usable_free -= h.free
             self.by_free[h.free].remove(h.name)
 
     def _set_free(self, h: Host, free: int) -> None:

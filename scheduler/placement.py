@@ -49,7 +49,7 @@ class Capacity:
         self._owned = False
         # host -> (time until which it is held, the blocked workload holding it)
         self.reserved: dict[str, tuple[int, str]] = {}
-        self.total_free = sum(self.free.values())
+        self.total_free = cs.usable_free
         # Bumped by every change of free GPUs (not by reservations), so a cycle can
         # keep an answer that reads only ``free`` / ``by_free`` until it moves.
         self.version = 0

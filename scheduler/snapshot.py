@@ -221,6 +221,7 @@ def _restore_cluster(b: dict[str, Any]) -> ClusterProjection:
         cs.usable[name] = h.free
     if len(cs.usable) != sum(len(bucket) for bucket in cs.by_free):
         raise ValueError("the usable hosts are not the healthy ones")
+    cs.usable_free = sum(cs.usable.values())
     cs.order = sorted(cs.hosts)
     cs.faulty = set(b["faulty"])
     cs.health_version = b["health_version"]

@@ -334,6 +334,7 @@ class Run:
             assert h.free == h.gpus - used, (name, h.free, per_host[name])
             assert h.workloads == per_host[name], (name, h.workloads, per_host[name])
         assert set(per_host) <= set(st_.cluster_state.hosts)
+        assert st_.cluster_state.usable_free == sum(st_.cluster_state.usable.values())
         assert set(st_.workloads.running) == set(self.runs)
         # The indexes the projection keeps equal what they index, recomputed.
         wl = st_.workloads
