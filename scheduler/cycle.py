@@ -45,7 +45,7 @@ from scheduler.emit import Emitter
 from scheduler.placement import NEVER, Capacity
 from scheduler.preemption import CostModel, Plan, VictimIndex, checkpoint_rule
 from scheduler.ranking import Ranking, commitments, fair_share_time
-from scheduler.reservations import Book, Frees, Reservation, host_frees, ready_times, size_class
+from scheduler.reservations import Book, Frees, Reservation, ready_times, size_class
 from scheduler.rules import BudgetRule, Due
 
 if TYPE_CHECKING:
@@ -808,21 +808,13 @@ class Cycle:
 
     @property
     def frees(self) -> Frees:
-        """When the work on each host stops being protected (for reservation planning)."""
+        """When the work on each host stops being protected (for reservation planning).
+
+        The state's (``Frees.of``): memoised across cycles, since it reads only
+        the running set and the hosts, and advanced over starts and stops.
+        """
         if self._frees is None:
-            # Memoised across cycles: ``host_frees`` reads only the running set and
-            # the hosts' placements, which change only with ``running_version``
-            # (starts and stops), and the host set (``health_version``).
-            state = self.state
-            key = (state.workloads.running_version, state.cluster_state.health_version,
-                   len(state.cluster_state.hosts))
-            cached = state.memo.get("frees")
-            if cached is not None and cached[0] == key:  # type: ignore[index]
-                self._frees = cached[1]  # type: ignore[index]
-            else:
-                self._frees = host_frees(state.cluster_state.hosts, state.workloads.running)
-                state.memo["frees"] = (key, self._frees)
-        assert self._frees is not None
+            self._frees = Frees.of(self.state)
         return self._frees
 
     @property

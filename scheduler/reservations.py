@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from projections.cluster import Host
     from projections.workloads import Workload
     from scheduler.placement import Capacity
-    from scheduler.rules import Rule
+    from scheduler.rules import BudgetRule
     from scheduler.state import State
 
 # Due holds admit nobody but their holder: no ``ends_by`` is at or before this.
@@ -71,10 +71,10 @@ def size_class(hosts: int) -> int:
     return hosts.bit_length()
 
 
-Frees = dict[str, list[tuple[int, int, str, "Workload"]]]
+FreeList = list[tuple[int, int, str, "Workload"]]
 
 
-def host_frees(hosts: dict[str, Host], running: dict[str, Workload]) -> Frees:
+def host_frees(hosts: dict[str, Host], running: dict[str, Workload]) -> dict[str, FreeList]:
     """Per host, from when each running workload there could stop being protected, soonest first.
 
     (time, GPUs there, id, workload): unallocated work from the beginning of
@@ -82,25 +82,130 @@ def host_frees(hosts: dict[str, Host], running: dict[str, Workload]) -> Frees:
     work protected until it ends (no ``protected_until``) is left out. The times
     are not clamped to a cycle's ``now`` (``ready_times`` does that), so the
     result depends only on the running set and can be shared by every cycle
-    until that changes (the cycle memoises it on ``running_version``).
+    until that changes (``Frees`` keeps it, and advances it over starts and stops).
     """
-    out: Frees = {}
-    for name, h in hosts.items():
-        frees = []
-        for wid, gpus in h.workloads.items():
-            other = running.get(wid)
-            if other is None:
-                continue
-            if not other.allocated:
-                frees.append((-1, gpus, wid, other))
-            elif other.protected_until is not None:
-                frees.append((other.protected_until, gpus, wid, other))
-        frees.sort()  # (ids are unique on a host: never compares two workloads)
-        out[name] = frees
-    return out
+    return {name: _frees_on(h, running) for name, h in hosts.items()}
 
 
-def ready_times(w: Workload, capacity: Capacity, frees: Frees, rule: Rule,
+def _frees_on(h: Host, running: dict[str, Workload]) -> FreeList:
+    """One host's list of ``host_frees``."""
+    frees = []
+    for wid, gpus in h.workloads.items():
+        other = running.get(wid)
+        if other is None:
+            continue
+        if not other.allocated:
+            frees.append((-1, gpus, wid, other))
+        elif other.protected_until is not None:
+            frees.append((other.protected_until, gpus, wid, other))
+    frees.sort()  # (ids are unique on a host: never compares two workloads)
+    return frees
+
+
+class Frees:
+    """``host_frees`` of the state's running set, kept with what planning and advancing it need.
+
+    ``per_host``: per host, its ``host_frees`` list and the GPUs listed in it
+    (the lists are shared with later ``Frees``: never changed in place).
+    ``on``: the hosts each listed workload is listed on. Kept in the state's
+    memo and, after starts and stops, advanced rather than rebuilt (``advanced``).
+    """
+
+    __slots__ = ("on", "per_host", "running_version", "world")
+
+    def __init__(self, per_host: dict[str, tuple[int, FreeList]],
+                 on: dict[str, tuple[str, ...]], running_version: int,
+                 world: tuple[int, int]) -> None:
+        self.per_host = per_host
+        self.on = on
+        self.running_version = running_version
+        self.world = world  # the host set they were built on: (health_version, hosts)
+
+    def lists(self) -> dict[str, FreeList]:
+        """The ``host_frees`` these stand for."""
+        return {name: frees for name, (_, frees) in self.per_host.items()}
+
+    @staticmethod
+    def build(state: State, world: tuple[int, int]) -> Frees:
+        """From scratch: ``host_frees`` of the state, with its sums and hosts per workload."""
+        wl = state.workloads
+        per_host: dict[str, tuple[int, FreeList]] = {}
+        on: dict[str, tuple[str, ...]] = {}
+        for name, frees in host_frees(state.cluster_state.hosts, wl.running).items():
+            per_host[name] = (_listed(frees, on, name, None), frees)
+        return Frees(per_host, on, wl.running_version, world)
+
+    @staticmethod
+    def of(state: State) -> Frees:
+        """The frees of ``state``: the memoised ones, advanced to it if they can be, else built."""
+        cs = state.cluster_state
+        wl = state.workloads
+        world = (cs.health_version, len(cs.hosts))
+        cached = state.memo.get("frees")
+        made = None
+        if isinstance(cached, Frees) and cached.world == world:
+            if cached.running_version == wl.running_version:
+                return cached
+            made = cached.advanced(state)
+        if made is None:
+            made = Frees.build(state, world)
+        state.memo["frees"] = made
+        return made
+
+    def advanced(self, state: State) -> Frees | None:
+        """``Frees`` of ``state`` from these (built on the same host set), or None if too far behind.
+
+        Possible while the running set's journal (``WorkloadsProjection.moves``)
+        reaches back to these. A host's list reads its placements
+        (``Host.workloads``) and, of each workload placed there, whether it
+        runs, ``allocated`` and ``protected_until``. On a fixed host set (same
+        ``health_version``: no host added or removed) the placements change only
+        when a workload starts (``allocate``, on the hosts of its placement) or
+        stops (``release``, on the same hosts), and those fields only when it
+        starts. So a host's list changes only through workloads that moved
+        (started or stopped since), and only on hosts where such a workload
+        was listed before (``on``) or is placed now: exactly those lists are
+        made again, with the function ``host_frees`` uses; every other list
+        holds the same entries (the same workload objects) in the same order.
+        """
+        wl = state.workloads
+        behind = wl.running_version - self.running_version
+        moves = wl.moves
+        if behind < 0 or behind > len(moves):
+            return None
+        hosts = state.cluster_state.hosts
+        running = wl.running
+        moved = {m.id for m in moves[len(moves) - behind:]}
+        redo: set[str] = set()
+        for wid in moved:
+            redo.update(self.on.get(wid, ()))
+            w = running.get(wid)
+            if w is not None:
+                redo.update(h for h, _ in w.placement if h in hosts)
+        per_host = dict(self.per_host)
+        on = dict(self.on)
+        for wid in moved:
+            on.pop(wid, None)
+        # Only workloads that moved can be new on a host made again, and their
+        # ``on`` entries were dropped above; the others keep theirs.
+        for name in sorted(redo):
+            frees = _frees_on(hosts[name], running)
+            per_host[name] = (_listed(frees, on, name, moved), frees)
+        return Frees(per_host, on, wl.running_version, self.world)
+
+
+def _listed(frees: FreeList, on: dict[str, tuple[str, ...]], name: str,
+            only: set[str] | None) -> int:
+    """The GPUs in host ``name``'s list; notes the host in ``on`` for its workloads (those in ``only``)."""
+    total = 0
+    for _, g, wid, _ in frees:
+        total += g
+        if only is None or wid in only:
+            on[wid] = (*on.get(wid, ()), name)
+    return total
+
+
+def ready_times(w: Workload, capacity: Capacity, frees: Frees, rule: BudgetRule,
                 gone: Container[str], now: int) -> dict[str, int]:
     """Per healthy host not held for another workload, when ``w`` could have its GPUs there.
 
@@ -114,12 +219,24 @@ def ready_times(w: Workload, capacity: Capacity, frees: Frees, rule: Rule,
     walk of ``frees`` in time order, whatever the order among equal times (so
     clamping the times to ``now`` during the walk, rather than before the sort,
     gives the same answer).
+
+    The walk crosses iff the GPUs it passes over (work ``w`` may not take, or
+    stopped in this cycle) add up to at most ``spare``: the host's free GPUs
+    plus every GPU listed there, less the need. So a host with ``spare`` below
+    zero is not walked, and a walk stops once it has passed over more: it could
+    not cross later. Planning asks for whole hosts of the largest size, where
+    ``spare`` is never above zero: a host is reached only if ``w`` may take all
+    the work listed there, and its walk stops at the first it may not. (Most
+    plans reach too few hosts, so most walks end so; the rule is asked only
+    about the work before the stop.)
     """
     need = w.gpus_per_host
     wid_self = w.id
     reserved = capacity.reserved
+    per_host = frees.per_host
     out: dict[str, int] = {}
-    takes: dict[str, bool] = {}  # the rule's answer per workload (a gang is on many hosts)
+    takes: dict[str, bool] = {}  # the rule's answer per gang (on many hosts: asked once)
+    ok: bool | None
     for name, free in capacity.free.items():
         if reserved:
             held = reserved.get(name)
@@ -128,17 +245,29 @@ def ready_times(w: Workload, capacity: Capacity, frees: Frees, rule: Rule,
         if free >= need:
             out[name] = now
             continue
+        listed, here = per_host[name]  # (healthy hosts are hosts: always there)
+        spare = free + listed - need
+        if spare < 0:
+            continue
         got = free
-        for t, g, wid, other in frees.get(name, ()):
-            ok = takes.get(wid)
-            if ok is None:
-                ok = takes[wid] = wid not in gone and rule(other) is not None
-            if not ok:
-                continue
-            got += g
-            if got >= need:
-                out[name] = t if t > now else now
-                break
+        for t, g, wid, other in here:
+            # (``__call__`` spelled out: compiled, that is a direct call, where
+            # ``rule(other)`` goes through Python's generic call.)
+            if len(other.placement) > 1:
+                ok = takes.get(wid)
+                if ok is None:
+                    ok = takes[wid] = wid not in gone and rule.__call__(other) is not None
+            else:  # listed on this host alone: nothing to keep
+                ok = wid not in gone and rule.__call__(other) is not None
+            if ok:
+                got += g
+                if got >= need:
+                    out[name] = t if t > now else now
+                    break
+            else:
+                spare -= g
+                if spare < 0:
+                    break
     return out
 
 
@@ -155,15 +284,21 @@ class Book:
         self.due: dict[str, Reservation] = {}       # reached ``until``: the holder goes first
         self.used: dict[int, int] = {}              # size class -> slots taken (standing or noted)
         self.noted: dict[str, int] = {}             # noted for a reservation this cycle -> class
+        if not state.reservations:
+            return
         workloads = state.workloads.all
+        free = capacity.free
+        held = capacity.reserved
         # Earliest first, so that if a log from before reservations were disjoint
         # holds two on one host, the one due sooner keeps it and the other is void.
-        for wid, (hosts, until, since) in sorted(state.reservations.items(),
-                                                 key=lambda kv: (kv[1][1], kv[0])):
+        # (Ids are unique: the sort never compares past them.)
+        order = sorted([(until, wid, hosts, since)
+                        for wid, (hosts, until, since) in state.reservations.items()])
+        for until, wid, hosts, since in order:
             w = workloads.get(wid)
             if w is None or w.status != "pending":
                 continue
-            if any(h not in capacity.free or capacity.holder(h) is not None for h in hosts):
+            if any(h not in free or h in held for h in hosts):
                 continue  # a host left service (or is held already): void, replanned if needed
             r = Reservation(wid, hosts, until, since)
             if until <= self.now:

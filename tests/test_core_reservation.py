@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Container
+from itertools import combinations
+from typing import cast
+
 import pytest
 from core_helpers import Sim, preempted, started
+from sim_helpers import shipped_log
+
+from projections.workloads import Workload
+from scheduler import cycle as cycle_mod
+from scheduler.placement import Capacity
+from scheduler.reservations import Frees, ready_times
+from scheduler.rules import BudgetRule
 
 
 def _blocked_gang(**policy) -> Sim:
@@ -193,3 +204,96 @@ def test_a_holder_that_can_preempt_its_way_in_elsewhere_does_not_wait():
         started("W", [("h1", 8)], True, 160),
     ]
     assert "W" not in s.state.reservations
+
+
+def _plain_ready_times(w: Workload, capacity: Capacity, frees: Frees, rule: BudgetRule,
+                       gone: Container[str], now: int) -> dict[str, int]:
+    """``ready_times`` without its bounds: every host walked to its crossing or its end."""
+    out: dict[str, int] = {}
+    lists = frees.lists()
+    for name, free in capacity.free.items():
+        held = capacity.reserved.get(name)
+        if held is not None and held[1] != w.id:
+            continue
+        if free >= w.gpus_per_host:
+            out[name] = now
+            continue
+        got = free
+        for t, g, wid, other in lists.get(name, ()):
+            if wid not in gone and rule(other) is not None:
+                got += g
+                if got >= w.gpus_per_host:
+                    out[name] = max(t, now)
+                    break
+    return out
+
+
+@pytest.mark.parametrize(("name", "days"), [("ai2-month", 2.0), ("ai2-month-heavy", 2.0),
+                                            ("demo", None)])
+def test_ready_times_stops_early_but_answers_as_the_plain_walk(name, days, monkeypatch):
+    """Walks that stop once the work they passed over rules the host out give every plan the same hosts and times."""
+    real = cycle_mod.ready_times
+    calls: list[int] = []
+    wrong: list[str] = []
+
+    def compared(w, capacity, frees, rule, gone, now):  # type: ignore[no-untyped-def]
+        out = real(w, capacity, frees, rule, gone, now)
+        calls.append(len(out))
+        if list(out.items()) != list(_plain_ready_times(w, capacity, frees, rule, gone, now).items()):
+            wrong.append(w.id)
+        return out
+
+    monkeypatch.setattr(cycle_mod, "ready_times", compared)
+    shipped_log(name, days)
+    assert not wrong, wrong[:5]
+    assert len(calls) > 20
+    assert any(n > 0 for n in calls)
+
+
+class _Takes:
+    """A rule that may take exactly the workloads named."""
+
+    def __init__(self, ids: set[str]) -> None:
+        self.ids = ids
+
+    def __call__(self, v: Workload) -> str | None:
+        return "priority" if v.id in self.ids else None
+
+
+def test_ready_times_answers_as_the_plain_walk_for_every_need_and_rule():
+    """Every subset of takeable work, every need, with and without a stopped workload and a hold.
+
+    Planning asks only for whole hosts, where no host has spare GPUs; ``allot
+    explain`` asks for any need, where the walks may pass over some work and
+    still cross.
+    """
+    s = Sim(hosts=2)
+    for wid, gpus, min_runtime in (("a1", 2, 100), ("a2", 3, 300), ("b1", 2, 200), ("u1", 1, 0),
+                                   ("b2", 4, 50), ("u2", 2, 0)):
+        s.submit(wid, "lab/a" if wid[0] == "a" else "lab/b", gpus, min_runtime)
+    s.tick()
+    state = s.state
+    ids = sorted(state.workloads.running)
+    assert len(ids) == 6
+    assert all(len(h.workloads) > 1 for h in state.cluster_state.hosts.values())
+    frees = Frees.of(state)
+    compared = 0
+    for held in (False, True):
+        capacity = Capacity(state)
+        if held:
+            capacity.reserve("h1", 500, "X")
+        for k in range(len(ids) + 1):
+            for takeable in combinations(ids, k):
+                rule = cast("BudgetRule", _Takes(set(takeable)))
+                for gone in ((), (ids[0],), (ids[3],)):
+                    for need in range(1, 9):
+                        w = Workload(id="W", budget="lab/a", user="a", gpus=need, hosts=1,
+                                     gpus_per_host=need, min_runtime_s=60, resumable=False,
+                                     priority=0, kind="training", submitted_at=0, seq=0,
+                                     submit_event="e")
+                        for now in (0, 150):
+                            want = _plain_ready_times(w, capacity, frees, rule, set(gone), now)
+                            got = ready_times(w, capacity, frees, rule, set(gone), now)
+                            assert list(got.items()) == list(want.items()), (takeable, gone, need)
+                            compared += 1
+    assert compared > 5000
