@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from projections.workloads import Workload
 from scheduler.placement import pack
+from scheduler.rules import span_of
 
 if TYPE_CHECKING:
     from scheduler.placement import Capacity
@@ -58,14 +59,20 @@ _UGPUS_AT = _COUNT_AT + _COUNT_BITS
 _ULOST_AT = _UGPUS_AT + _GPUS_BITS
 _AGPUS_AT = _ULOST_AT + _LOST_BITS
 _ALOST_AT = _AGPUS_AT + _GPUS_BITS
+_ONE_VICTIM = 1 << _COUNT_AT
 
 
-def pack_cost(allocated_lost: int, allocated_gpus: int, unallocated_lost: int,
-              unallocated_gpus: int, victims: int, keep: int) -> int:
-    """One plan cost as an integer; larger is more expensive (see the module docstring)."""
-    return ((allocated_lost << _ALOST_AT) | (allocated_gpus << _AGPUS_AT)
-            | (unallocated_lost << _ULOST_AT) | (unallocated_gpus << _UGPUS_AT)
-            | (victims << _COUNT_AT) | keep)
+def pack_cost(lost: int, gpus: int, allocated: bool, keep: int) -> int:
+    """One victim's cost as an integer; larger is more expensive (see the module docstring).
+
+    Its GPU-seconds lost and GPUs taken go to the fields of its kind, the victim
+    count is 1, ``keep`` is the tie-break; a plan's cost is the sum over its
+    victims (the fields are wide enough that none carries into the next). A
+    kind's GPUs and GPU-seconds are adjacent fields, GPUs below: two big-integer
+    steps.
+    """
+    at = _AGPUS_AT if allocated else _UGPUS_AT
+    return (((lost << _GPUS_BITS) | gpus) << at) | (_ONE_VICTIM | keep)
 
 
 def unpack_cost(cost: int) -> tuple[int, int, int, int, int, int]:
@@ -140,6 +147,16 @@ class CostModel:
         if budget not in self._keep:
             self._keep[budget] = self.keep_value(budget)
 
+    def ask(self, budget: str) -> None:
+        """Every lasting effect of costing a workload of ``budget`` (``of``), without the cost.
+
+        The cost itself is only a memo (a later ``of`` computes the same from the
+        keep value fixed here); what lasts is the keep value and the trail entry.
+        """
+        if self.trail is not None:
+            self.trail.add(budget)
+        self.prime(budget)
+
     def of(self, w: Workload) -> int:
         if self.trail is not None:
             self.trail.add(w.budget)
@@ -149,11 +166,7 @@ class CostModel:
             keep = self._keep.get(w.budget)
             if keep is None:
                 keep = self._keep[w.budget] = self.keep_value(w.budget)
-            if w.allocated:
-                c = pack_cost(lost, w.gpus, 0, 0, 1, keep)
-            else:
-                c = pack_cost(0, 0, lost, w.gpus, 1, keep)
-            self._costs[w.id] = c
+            c = self._costs[w.id] = pack_cost(lost, w.gpus, w.allocated, keep)
         return c
 
 
@@ -165,12 +178,15 @@ def flat_costs(now: int) -> CostModel:
 class Victim:
     """A preemptible running workload, as the search sees it."""
 
-    __slots__ = ("order", "w")
+    __slots__ = ("order", "span", "w")
 
     def __init__(self, w: Workload) -> None:
         self.w = w
         # A fixed scan order (ties between equally cheap plans go to the first found).
         self.order = (w.allocated, w.resumable is False, w.priority, -(w.started_at or 0), w.id)
+        # What a rule's ``span`` is compared with: the hosts of allocated work (a
+        # victim's placement is fixed while it runs), 0 for unallocated work.
+        self.span = len(w.placement) if w.allocated else 0
 
 
 class Plan:
@@ -575,19 +591,79 @@ class VictimIndex:
         (too few candidate hosts, too few that eligible victims could ready, or
         it fits without preemption). The cycle's failure memo needs that.
         """
-        cost_of = (costs or flat_costs(0)).of
+        model = costs if costs is not None else flat_costs(0)
         self.exact_fail = False
         self.fail_kind = ""
         self.fail_hosts = frozenset()
         if hosts > 1:
-            return self._search_gang(hosts, per_host, ends_by, capacity, eligible, who, cost_of)
+            return self._search_gang(hosts, per_host, ends_by, capacity, eligible, who, model)
         if costs is None or costs is not self._mins_costs:
             self._mins = {}
             self._mins_costs = costs
+        barred = capacity.barred(ends_by, who) if capacity.reserved else None
+        if self._covered_nowhere(per_host, capacity, barred, eligible, costs):
+            self.exact_fail = True
+            self.fail_kind = "host"
+            return None
+        return self._search_host(per_host, capacity, barred, eligible, model, costs is not None)
+
+    def _covered_nowhere(self, per_host: int, capacity: Capacity, barred: set[str] | None,
+                         eligible: Eligibility, costs: CostModel | None) -> bool:
+        """True when the single-host search would fail; then its lasting effects are repeated.
+
+        Most single-host searches fail, and this decides that without a cost or
+        a plan. ``_search_host`` returns a plan iff one of the hosts it examines
+        (candidates with victims, not barred) has its request covered by free
+        GPUs alone, or by free GPUs plus eligible victims there (``_cover``
+        finds a subset iff their GPUs add up). While no host covers it, it has
+        no best plan, so on each host it asks the cost of every eligible victim
+        (not gone) and of nothing else: failing, it has asked exactly those,
+        on every examined host. The order of the asks does not matter (a keep
+        value depends on the cycle's order, which no search changes), only the
+        set, which ``CostModel.ask`` repeats here. Eligible work is the rule's
+        to say, except that allocated work on more hosts than the rule's
+        ``span`` is never eligible, so it is skipped without asking. The hosts
+        are visited in any order: False (the caller then runs the full
+        search, which asks everything again) at the first that covers.
+        """
+        span = span_of(eligible)
+        free_of = capacity.free
+        bound = self.victim_gpus
+        gone = self.gone
+        asked: list[str] = []
+        for host, victims in self.on_host.items():
+            free = free_of.get(host)
+            if free is None:
+                continue
+            deficit = per_host - free
+            # (Not a candidate: ``_candidates``' test, a deficit beyond every victim's GPUs.)
+            if deficit > bound.get(host, 0) or (barred and host in barred):
+                continue
+            if deficit <= 0:
+                return False
+            have = 0
+            for v in victims:
+                if v.span <= span:
+                    w = v.w
+                    if w.id not in gone and eligible(w) is not None:
+                        have += _gpus_on(v, host)
+                        asked.append(w.budget)
+            if have >= deficit:
+                return False
+        if costs is not None:
+            for budget in asked:
+                costs.ask(budget)
+        return True
+
+    def _search_host(self, per_host: int, capacity: Capacity, barred: set[str] | None,
+                     eligible: Eligibility, costs: CostModel, keep_mins: bool) -> Plan | None:
+        """The cheapest plan on one host, or None (the hosts by name, the first cheapest plan).
+
+        ``keep_mins``: ``costs`` is the cycle's, so per-host minimums may be kept.
+        """
         mins = self._mins
         gone = self.gone
         free_of = capacity.free
-        barred = capacity.barred(ends_by, who) if capacity.reserved else None
         best: tuple[tuple[int, int, str], list[tuple[Victim, str]]] | None = None
         on_host = self.on_host
         # The hosts with victims, by name (the candidates' order), whose free GPUs
@@ -611,13 +687,23 @@ class VictimIndex:
                 limit = best[0][0]
                 cheapest = mins.get(host)
                 if cheapest is None:
-                    if all(cost_of(v.w) > limit for v in victims if v.w.id not in gone):
+                    # Ask the costs here in order until one is within the limit
+                    # (the asks are those of ``all(cost > limit)``).
+                    low = NEVER_COST
+                    for v in victims:
+                        w = v.w
+                        if w.id not in gone:
+                            c = costs.of(w)
+                            if c <= limit:
+                                break
+                            if c < low:
+                                low = c
+                    else:
                         # Every cost here was asked for (and is now fixed for the
                         # cycle), so their minimum can be kept: later searches ask
                         # nothing new here, exactly as the full walk would not.
-                        if costs is not None:
-                            mins[host] = min((cost_of(v.w) for v in victims
-                                              if v.w.id not in gone), default=NEVER_COST)
+                        if keep_mins:
+                            mins[host] = low
                         continue
                 elif cheapest > limit:
                     continue
@@ -627,7 +713,7 @@ class VictimIndex:
                     continue
                 why = eligible(v.w)
                 if why is not None:
-                    items.append((v, _gpus_on(v, host), cost_of(v.w), why))
+                    items.append((v, _gpus_on(v, host), costs.of(v.w), why))
             if not items:
                 continue
             found = _cover(items, deficit)
@@ -636,9 +722,7 @@ class VictimIndex:
             key = (found[0], free, host)
             if best is None or key < best[0]:
                 best = (key, [(items[i][0], items[i][3]) for i in found[1]])
-        if best is None:
-            self.exact_fail = True
-            self.fail_kind = "host"
+        if best is None:  # (not after ``_covered_nowhere`` said some host covers it)
             return None
         (cost, _, host), chosen = best
         return Plan([host], chosen, cost)
@@ -749,7 +833,7 @@ class VictimIndex:
         capacity: Capacity,
         eligible: Eligibility,
         who: str,
-        cost_of: Callable[[Workload], int],
+        costs: CostModel,
     ) -> Plan | None:
         """The cheapest set of victims readying ``hosts`` hosts with ``per_host`` GPUs each.
 
@@ -776,23 +860,16 @@ class VictimIndex:
             self.fail_kind = "candidates"
             self.fail_hosts = frozenset(candidates)
             return None
-        why: dict[str, str | None] = {}
-
-        def reason(v: Victim) -> str | None:
-            wid = v.w.id
-            if wid in why:
-                return why[wid]
-            r = why[wid] = None if wid in gone else eligible(v.w)
-            return r
-
         # Feasibility first (most gang searches fail): could enough hosts be
         # readied if every eligible victim on them went? Stops counting at enough.
+        # (Work on more hosts than the rule's span is never eligible: not asked.)
+        span = span_of(eligible)
         ready: list[str] = []
         for h in candidates:
             have = free[h]
             if have < per_host:
                 for v in on_host.get(h, ()):
-                    if reason(v) is not None:
+                    if v.span <= span and v.w.id not in gone and eligible(v.w) is not None:
                         have += _gpus_on(v, h)
                         if have >= per_host:
                             break
@@ -811,6 +888,15 @@ class VictimIndex:
             self.exact_fail = True
             self.fail_kind = "fits"
             return None  # it fits without preemption; the caller places it directly
+        why: dict[str, str | None] = {}
+
+        def reason(v: Victim) -> str | None:
+            wid = v.w.id
+            if wid in why:
+                return why[wid]
+            r = why[wid] = None if wid in gone else eligible(v.w)
+            return r
+
         busy = [h for h in candidates if free[h] < per_host]
         busy_set = set(busy)
         singles: dict[str, list[tuple[Victim, int, int, str]]] = {}
@@ -822,7 +908,7 @@ class VictimIndex:
                 if r is None:
                     continue
                 if len(v.w.placement) == 1:
-                    items.append((v, _gpus_on(v, h), cost_of(v.w), r))
+                    items.append((v, _gpus_on(v, h), costs.of(v.w), r))
                 else:
                     gangs.setdefault(v.w.id, v)
             singles[h] = items
@@ -873,8 +959,8 @@ class VictimIndex:
                     lone.append((c[0], free[h], h, c[1]))
                 continue
             options: dict[int, Choice] = {}
-            for subset in _subsets(vs, cost_of):
-                base = sum(cost_of(v.w) for v in subset)
+            for subset in _subsets(vs, costs):
+                base = sum(costs.of(v.w) for v in subset)
                 extra: dict[str, int] = {}
                 for v in subset:
                     for h, g in v.w.placement:
@@ -963,7 +1049,7 @@ class VictimIndex:
                 victims.extend((singles[h][i][0], singles[h][i][3]) for i in plan_hosts[h])
         if not victims:
             return None  # it fits without preemption; the caller places it directly
-        return Plan(sorted(picked), victims, sum(cost_of(v.w) for v, _ in victims))
+        return Plan(sorted(picked), victims, sum(costs.of(v.w) for v, _ in victims))
 
 
 def _order(v: Victim) -> tuple[object, ...]:
@@ -999,12 +1085,12 @@ def _cover(items: list[tuple[Victim, int, int, str]], deficit: int
     return best.get(deficit)
 
 
-def _subsets(vs: list[Victim], cost_of: Callable[[Workload], int]) -> Iterable[tuple[Victim, ...]]:
+def _subsets(vs: list[Victim], costs: CostModel) -> Iterable[tuple[Victim, ...]]:
     """The subsets of a component's victim gangs worth trying (all of them when few)."""
     if len(vs) <= _EXHAUSTIVE_GANGS:
         for r in range(len(vs) + 1):
             yield from combinations(vs, r)
         return
-    ranked = sorted(vs, key=lambda v: (cost_of(v.w), v.w.id))
+    ranked = sorted(vs, key=lambda v: (costs.of(v.w), v.w.id))
     for r in range(len(ranked) + 1):
         yield tuple(ranked[:r])

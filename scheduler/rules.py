@@ -57,6 +57,20 @@ RESERVATION = "reservation"
 # Given a running workload, the preemption reason when the candidate may take it, else None.
 Rule = Callable[[Workload], str | None]
 
+# A rule's ``span`` when it may take allocated work spread over any number of hosts.
+ANY_SPAN = 1 << 30
+
+# A rule may say, as ``span``, that it never takes allocated work placed on more
+# hosts than that (whatever else holds): the victim search then skips such work
+# without asking the rule, where a failing search would only have heard None.
+# Rules without one are asked about every victim.
+
+
+def span_of(rule: Rule) -> int:
+    """The most hosts an allocated victim of ``rule`` may be placed on (``ANY_SPAN``: no limit)."""
+    span = getattr(rule, "span", ANY_SPAN)
+    return span if isinstance(span, int) else ANY_SPAN
+
 
 def less_used(use_x: int, share_x: int, use_y: int, share_y: int, commitment: int) -> bool:
     """Is side x, with ``commitment`` added, strictly less used per share than side y?
@@ -88,7 +102,7 @@ class BudgetRule:
     ``commitment`` is the candidate's own (GPUs x minimum runtime).
     """
 
-    __slots__ = ("_by_leaf", "budget", "commitment", "due", "hosts", "priority", "ranking")
+    __slots__ = ("_by_leaf", "budget", "commitment", "due", "hosts", "priority", "ranking", "span")
 
     def __init__(self, ranking: Ranking, candidate: Workload, due: Due | None = None) -> None:
         self.ranking = ranking
@@ -97,6 +111,9 @@ class BudgetRule:
         self.hosts = candidate.hosts
         self.commitment = candidate.gpus * candidate.min_runtime_s
         self.due = due
+        # Without a due reservation, allocated work on more hosts than the
+        # candidate's is never taken (``__call__``); a due one may take any.
+        self.span = self.hosts if due is None else ANY_SPAN
         self._by_leaf: dict[str, bool] = ranking.fair_share_memo(self.budget, self.commitment)
 
     def fair_share(self, victim_leaf: str) -> bool:
@@ -128,7 +145,7 @@ class BudgetRule:
         return RESERVATION if on_due else None
 
 
-def baseline_rule(opt_out: bool, priority: int) -> Rule:
+class BaselineRule:
     """The old scheduler's rule for a candidate that runs opted out (``opt_out``) or not.
 
     Only preemptible jobs (those that did not opt out, ``allocated`` False on the
@@ -136,9 +153,19 @@ def baseline_rule(opt_out: bool, priority: int) -> Rule:
     only those of strictly lower priority. The reason on the log is ``priority``.
     """
 
-    def rule(v: Workload) -> str | None:
+    __slots__ = ("opt_out", "priority", "span")
+
+    def __init__(self, opt_out: bool, priority: int) -> None:
+        self.opt_out = opt_out
+        self.priority = priority
+        self.span = 0  # no allocated (opted-out) job is ever a victim
+
+    def __call__(self, v: Workload) -> str | None:
         if v.allocated:
             return None
-        return PRIORITY if opt_out or v.priority < priority else None
+        return PRIORITY if self.opt_out or v.priority < self.priority else None
 
-    return rule
+
+def baseline_rule(opt_out: bool, priority: int) -> Rule:
+    """The old scheduler's rule for one candidate (see ``BaselineRule``)."""
+    return BaselineRule(opt_out, priority)

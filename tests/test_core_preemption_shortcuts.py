@@ -1,0 +1,168 @@
+"""The victim search's shortcuts give the full search's answer and lasting effects.
+
+A single-host search decides most failures without a cost or a plan
+(``VictimIndex._covered_nowhere``) and then repeats the failing full search's
+one lasting effect, the keep values fixed by the costs it would have asked
+(``CostModel.ask``). Both kinds of search skip allocated work spread over more
+hosts than the rule's ``span`` without asking the rule. These tests run whole
+scenarios and, at every search, run the full walk as well, on a copy of the
+cycle's cost model: the single-host walk (``_search_host``) without the
+shortcut, the gang search with every victim offered to the rule. They demand
+the same plan or failure, the same keep values fixed and the same trail of
+budgets asked, and check that every path was taken often enough for the
+comparison to prove something; a mutant that forgets the asks is caught.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from sim_helpers import shipped_log
+
+from scheduler import preemption
+from scheduler.placement import Capacity
+from scheduler.preemption import CostModel, Plan, VictimIndex, flat_costs
+from scheduler.rules import ANY_SPAN
+
+
+@dataclass
+class Seen:
+    single_failed: int = 0
+    single_failed_asking: int = 0  # failures that fixed keep values (the asks repeated)
+    single_planned: int = 0
+    gang_failed: int = 0
+    gang_planned: int = 0
+    mins_checked: int = 0
+    wrong: list[str] = field(default_factory=list)
+
+
+def _copy(costs: CostModel) -> CostModel:
+    twin = CostModel(costs.now, costs.checkpoint, costs.keep_value)
+    twin._costs = dict(costs._costs)
+    twin._keep = dict(costs._keep)
+    twin.trail = set()
+    return twin
+
+
+def _view(idx: VictimIndex, plan: Plan | None) -> tuple[object, ...]:
+    if plan is None:
+        return (None, idx.exact_fail, idx.fail_kind, idx.fail_hosts)
+    return (plan.hosts, [(v.w.id, why) for v, why in plan.victims], plan.cost)
+
+
+def _full(idx: VictimIndex, hosts: int, per_host: int, ends_by: int, capacity: Capacity,
+          eligible: preemption.Eligibility, who: str, costs: CostModel, kept: bool,
+          monkeypatch: pytest.MonkeyPatch) -> tuple[object, ...]:
+    """The full search's answer, on ``costs`` (a copy), leaving the index as it found it.
+
+    ``kept``: the search will read the index's kept minimums (same cost model).
+    """
+    idx.exact_fail, idx.fail_kind, idx.fail_hosts = False, "", frozenset()
+    if hosts > 1:
+        with monkeypatch.context() as m:
+            m.setattr(preemption, "span_of", lambda rule: ANY_SPAN)
+            plan = idx._search_gang(hosts, per_host, ends_by, capacity, eligible, who, costs)
+        return _view(idx, plan)
+    mins = idx._mins
+    idx._mins = dict(mins) if kept else {}
+    barred = capacity.barred(ends_by, who) if capacity.reserved else None
+    plan = idx._search_host(per_host, capacity, barred, eligible, costs, False)
+    idx._mins = mins
+    if plan is None:  # what ``search`` leaves after a failed full walk
+        idx.exact_fail, idx.fail_kind = True, "host"
+    return _view(idx, plan)
+
+
+def _watch(monkeypatch: pytest.MonkeyPatch) -> Seen:
+    seen = Seen()
+    search = VictimIndex.search
+
+    def checked(self: VictimIndex, hosts: int, per_host: int, ends_by: int, capacity: Capacity,
+                eligible: preemption.Eligibility, who: str = "",
+                costs: CostModel | None = None) -> Plan | None:
+        model = costs if costs is not None else flat_costs(0)
+        twin = _copy(model)
+        fixed = len(model._keep)
+        # The index's kept minimums are the cycle's: valid for the same cost model.
+        same = costs is not None and costs is self._mins_costs
+        want = _full(self, hosts, per_host, ends_by, capacity, eligible, who, twin, same, monkeypatch)
+        outer = model.trail
+        model.trail = trail = set()
+        try:
+            plan = search(self, hosts, per_host, ends_by, capacity, eligible, who, costs)
+        finally:
+            model.trail = outer
+            if outer is not None:
+                outer.update(trail)
+        got = _view(self, plan)
+        where = f"t={model.now} {who} {hosts}x{per_host}"
+        if got != want:
+            seen.wrong.append(f"{where}: {got} != {want}")
+        if model._keep != twin._keep or trail != twin.trail:
+            seen.wrong.append(f"{where}: keep or trail differ")
+        if hosts > 1:
+            seen.gang_failed += plan is None
+            seen.gang_planned += plan is not None
+        elif plan is None:
+            seen.single_failed += 1
+            seen.single_failed_asking += len(model._keep) > fixed
+        else:
+            seen.single_planned += 1
+        # Kept minimums are the least cost of a host's victims (a lower bound would do too).
+        if costs is not None and costs is self._mins_costs:
+            probe = _copy(costs)
+            for host, low in self._mins.items():
+                seen.mins_checked += 1
+                costs_here = [probe.of(v.w) for v in self.on_host.get(host, ()) if v.w.id not in self.gone]
+                if low > min(costs_here, default=preemption.NEVER_COST):
+                    seen.wrong.append(f"{where}: kept minimum of {host} too high")
+        return plan
+
+    monkeypatch.setattr(VictimIndex, "search", checked)
+    return seen
+
+
+@pytest.mark.parametrize(("name", "days", "policy"), [
+    ("ai2-month", 4.0, "allot"), ("ai2-month-heavy", 2.0, "allot"), ("demo", None, "allot"),
+    ("ai2-month", 1.0, "baseline"),
+])
+def test_every_search_agrees_with_the_full_walk(name: str, days: float | None, policy: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _watch(monkeypatch)
+    shipped_log(name, days, policy)
+    assert not seen.wrong, seen.wrong[:5]
+    assert seen.single_failed > 0 and seen.single_planned > 0, seen
+    if name == "ai2-month" and policy == "allot":
+        assert seen.single_failed_asking > 20, seen
+        assert seen.gang_failed > 100 and seen.gang_planned > 20, seen
+        assert seen.mins_checked > 100, seen
+
+
+def test_a_failure_that_forgets_its_asks_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(CostModel, "ask", lambda self, budget: None)
+    seen = _watch(monkeypatch)
+    shipped_log("ai2-month", 2.0)
+    assert any("keep or trail differ" in w for w in seen.wrong), seen
+
+
+def test_a_span_that_hides_eligible_work_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(preemption, "span_of", lambda rule: 0)  # as if only unallocated work
+    seen = _watch(monkeypatch)
+    shipped_log("ai2-month", 2.0)
+    assert len(seen.wrong) > 10, seen
+
+
+def test_the_log_is_the_same_when_every_victim_is_offered_to_the_rule(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    kept = shipped_log("ai2-month-heavy", 1.0)
+    monkeypatch.setattr(preemption, "span_of", lambda rule: ANY_SPAN)
+    assert shipped_log("ai2-month-heavy", 1.0) == kept
+
+
+@pytest.mark.parametrize("allocated", [True, False])
+def test_a_victims_packed_cost_has_its_fields_in_place(allocated: bool) -> None:
+    for lost, gpus, keep in [(0, 1, 0), (7, 8, (1 << 20) - 1), ((1 << 63) + 5, (1 << 31) + 3, 12345)]:
+        fields = preemption.unpack_cost(preemption.pack_cost(lost, gpus, allocated, keep))
+        kind = (lost, gpus, 0, 0) if allocated else (0, 0, lost, gpus)
+        assert fields == (*kind, 1, keep)
