@@ -32,6 +32,7 @@ preempted in vain.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
 from heapq import heapify, heappop, heappush
 from itertools import combinations, count
@@ -189,6 +190,19 @@ class Victim:
         self.span = len(w.placement) if w.allocated else 0
 
 
+# A host of ``VictimIndex.light``: (least span of its victims, host, its victims);
+# hosts are unique, so entries compare by their first two fields.
+Light = tuple[int, str, list[Victim]]
+
+
+def _least(victims: list[Victim]) -> int:
+    least = victims[0].span
+    for v in victims:
+        if v.span < least:
+            least = v.span
+    return least
+
+
 class Plan:
     """Hosts to place on and the victims (with the reason each may be taken) to stop first."""
 
@@ -225,8 +239,8 @@ class VictimIndex:
     ``advanced`` from the last instead of built.
     """
 
-    __slots__ = ("_base", "_cands", "_cands_at", "_cands_of", "_ids", "_mins", "_mins_costs",
-                 "_on_host", "_placed", "_protected", "_shared", "_usable",
+    __slots__ = ("_base", "_cands", "_cands_at", "_cands_of", "_ids", "_light", "_mins",
+                 "_mins_costs", "_on_host", "_placed", "_protected", "_shared", "_usable",
                  "_victims", "by_node", "by_priority", "exact_fail", "fail_hosts", "fail_kind", "gone",
                  "lineage", "paths", "running_version", "serial", "size", "unallocated_gpus",
                  "victim_gpus")
@@ -255,6 +269,7 @@ class VictimIndex:
         self._protected: list[tuple[int, str, int]] = []
         self.running_version = -1
         self._on_host: dict[str, list[Victim]] | None = None  # built on the first search
+        self._light: list[Light] | None = None  # built with ``_on_host`` (see ``light``)
         self._base: VictimIndex | None = None
         # Per host, the cost of its cheapest victim not gone, under ``_mins_costs`` (the
         # cycle's cost model), once every one of them was costed: a lower bound on
@@ -385,7 +400,7 @@ class VictimIndex:
         idx.size = len(idx._victims)
         idx._ids = set(idx._victims)
         if self._on_host is not None:
-            idx._on_host = self._moved_on_host(gone, came, idx._placed)
+            idx._on_host, idx._light = self._moved_on_host(gone, came, idx._placed)
         return idx, protected[0][0] if protected else NEVER
 
     def _unshare_priority(self, leaf: str) -> None:
@@ -426,9 +441,10 @@ class VictimIndex:
                 del self.by_priority[w.budget]
 
     def _moved_on_host(self, gone: set[str], came: list[Workload],
-                       placed: dict[str, tuple[tuple[str, int], ...]]) -> dict[str, list[Victim]]:
-        """This index's per-host victim lists with ``gone`` taken out and ``came`` put in."""
-        assert self._on_host is not None
+                       placed: dict[str, tuple[tuple[str, int], ...]]
+                       ) -> tuple[dict[str, list[Victim]], list[Light]]:
+        """This index's per-host victim lists and ``light`` with ``gone`` taken out and ``came`` put in."""
+        assert self._on_host is not None and self._light is not None
         on_host = dict(self._on_host)
         changed: dict[str, list[Victim]] = {}
         for wid in gone:
@@ -438,15 +454,20 @@ class VictimIndex:
             v = Victim(w)
             for host, _ in placed[w.id]:
                 changed.setdefault(host, []).append(v)
+        light = list(self._light)  # (a bisection per changed host, not a sort)
         for host, new in changed.items():
-            victims = [v for v in on_host.get(host, ()) if v.w.id not in gone]
+            old = on_host.get(host)
+            if old is not None:
+                del light[bisect_left(light, (_least(old), host))]
+            victims = [v for v in old or () if v.w.id not in gone]
             victims += new
             if victims:
                 victims.sort(key=_order)
                 on_host[host] = victims
+                insort(light, (_least(victims), host, victims))
             else:
                 on_host.pop(host, None)
-        return on_host
+        return on_host, light
 
     @classmethod
     def for_cycle(cls, state: State, gone: set[str]) -> VictimIndex:
@@ -501,6 +522,7 @@ class VictimIndex:
         idx._ids = self._ids
         idx._base = self._base or self
         idx._on_host = idx._base._on_host
+        idx._light = idx._base._light
         idx.victim_gpus = self.victim_gpus
         idx.by_node = self.by_node
         idx.by_priority = self.by_priority
@@ -534,9 +556,24 @@ class VictimIndex:
             for victims in on_host.values():
                 victims.sort(key=_order)
             self._on_host = on_host
+            self._light = sorted((_least(victims), host, victims) for host, victims in on_host.items())
             if self._base is not None:
                 self._base._on_host = on_host
+                self._base._light = self._light
         return self._on_host
+
+    @property
+    def light(self) -> list[Light]:
+        """Every host with victims as (their least ``Victim.span``, host, ``on_host`` list), sorted.
+
+        A rule of span s can take victims only on the hosts of the prefix whose
+        least span is at most s: the searches' feasibility checks, which sum
+        what a rule could take, read only those. Built with ``on_host``.
+        """
+        if self._light is None:
+            self.on_host  # noqa: B018 - builds both
+        assert self._light is not None
+        return self._light
 
     def _count(self, w: Workload, gpus: int) -> None:
         if not w.allocated:
@@ -622,25 +659,29 @@ class VictimIndex:
         value depends on the cycle's order, which no search changes), only the
         set, which ``CostModel.ask`` repeats here. Eligible work is the rule's
         to say, except that allocated work on more hosts than the rule's
-        ``span`` is never eligible, so it is skipped without asking. The hosts
-        are visited in any order: False (the caller then runs the full
-        search, which asks everything again) at the first that covers.
+        ``span`` is never eligible: it is skipped without asking, and hosts
+        holding only such work are not visited (``light``). The hosts are
+        visited in any order: False (the caller then runs the full search,
+        which asks everything again) at the first that covers.
         """
+        on_host = self.on_host
+        by_free = capacity.by_free
+        for f in range(per_host, capacity.max_gpus + 1):
+            for host in by_free[f]:
+                if host in on_host and not (barred and host in barred):
+                    return False  # free GPUs alone cover it there
         span = span_of(eligible)
         free_of = capacity.free
         bound = self.victim_gpus
         gone = self.gone
         asked: list[str] = []
-        for host, victims in self.on_host.items():
-            free = free_of.get(host)
-            if free is None:
+        for least, host, victims in self.light:
+            if least > span:
+                break  # nothing here or further on is the rule's to take
+            deficit = per_host - free_of[host]
+            # (Covered by free GPUs (above), barred, or not a candidate (``_candidates``' test).)
+            if deficit <= 0 or deficit > bound.get(host, 0) or (barred and host in barred):
                 continue
-            deficit = per_host - free
-            # (Not a candidate: ``_candidates``' test, a deficit beyond every victim's GPUs.)
-            if deficit > bound.get(host, 0) or (barred and host in barred):
-                continue
-            if deficit <= 0:
-                return False
             have = 0
             for v in victims:
                 if v.span <= span:
@@ -807,6 +848,45 @@ class VictimIndex:
             return None
         return (kind, frozenset(joined), set())
 
+    def _ready(self, hosts: int, per_host: int, capacity: Capacity, barred: set[str] | None,
+               eligible: Eligibility) -> list[str]:
+        """Hosts not barred that could be readied if every eligible victim there went.
+
+        Stops at ``hosts`` of them; the caller needs how many (up to that) and,
+        when too few, which. So any order: first the hosts with enough free GPUs,
+        then those of ``light`` whose eligible victims make up the rest (no other
+        host holds work the rule could take, and the rule is asked only where
+        all the victims' GPUs would do: ``_candidates``' test).
+        """
+        ready: list[str] = []
+        by_free = capacity.by_free
+        for f in range(per_host, capacity.max_gpus + 1):
+            for h in by_free[f]:
+                if not (barred and h in barred):
+                    ready.append(h)
+        if len(ready) >= hosts:
+            return ready
+        span = span_of(eligible)
+        free = capacity.free
+        bound = self.victim_gpus
+        gone = self.gone
+        for least, h, victims in self.light:
+            if least > span:
+                break  # nothing here or further on is the rule's to take
+            have = free[h]
+            if have >= per_host or per_host - have > bound.get(h, 0) or (barred and h in barred):
+                continue  # (counted above; not even all its victims would do; or barred)
+            for v in victims:
+                if v.span <= span and v.w.id not in gone and eligible(v.w) is not None:
+                    have += _gpus_on(v, h)
+                    if have >= per_host:
+                        break
+            if have >= per_host:
+                ready.append(h)
+                if len(ready) >= hosts:
+                    break
+        return ready
+
     def _candidates(self, capacity: Capacity, per_host: int) -> list[str]:
         """Healthy hosts, by name, whose free GPUs plus all their victims' reach ``per_host``.
 
@@ -837,6 +917,42 @@ class VictimIndex:
     ) -> Plan | None:
         """The cheapest set of victims readying ``hosts`` hosts with ``per_host`` GPUs each.
 
+        First the checks that fail most gang searches without a cost (too few
+        candidate hosts, too few that eligible victims could ready, or no need
+        to preempt), then the plan (``_plan_gang``).
+        """
+        # (``capacity.names`` is ``free``'s keys already sorted: the same list as
+        # sorting the hosts that pass, without a sort per search.)
+        candidates = self._candidates(capacity, per_host)
+        barred = capacity.barred(ends_by, who) if capacity.reserved else None
+        if barred:
+            candidates = [h for h in candidates if h not in barred]
+        if len(candidates) < hosts:
+            self.exact_fail = True
+            self.fail_kind = "candidates"
+            self.fail_hosts = frozenset(candidates)
+            return None
+        ready = self._ready(hosts, per_host, capacity, barred, eligible)
+        if len(ready) < hosts:
+            self.exact_fail = True
+            self.fail_kind = "ready"
+            self.fail_hosts = frozenset(ready)
+            return None
+        free = capacity.free
+        ready_free = [h for h in candidates if free[h] >= per_host]
+        need = hosts - len(ready_free)
+        if need <= 0:
+            self.exact_fail = True
+            self.fail_kind = "fits"
+            return None  # it fits without preemption; the caller places it directly
+        return self._plan_gang(hosts, per_host, need, candidates, ready_free, capacity, eligible,
+                               costs)
+
+    def _plan_gang(self, hosts: int, per_host: int, need: int, candidates: list[str],
+                   ready_free: list[str], capacity: Capacity, eligible: Eligibility,
+                   costs: CostModel) -> Plan | None:
+        """The cheapest victims readying ``need`` more ``candidates`` (``ready_free`` are ready).
+
         Hosts linked by an eligible victim gang (one victim on several of them)
         form a component: within it every subset of its victim gangs is tried,
         the rest of each host's deficit covered by its single-host victims, which
@@ -847,47 +963,6 @@ class VictimIndex:
         gone = self.gone
         on_host = self.on_host
         free = capacity.free
-        reserved = capacity.reserved
-        # (``capacity.names`` is ``free``'s keys already sorted: the same list as
-        # sorting the hosts that pass, without a sort per search.)
-        candidates = self._candidates(capacity, per_host)
-        if reserved:
-            barred = capacity.barred(ends_by, who)
-            if barred:
-                candidates = [h for h in candidates if h not in barred]
-        if len(candidates) < hosts:
-            self.exact_fail = True
-            self.fail_kind = "candidates"
-            self.fail_hosts = frozenset(candidates)
-            return None
-        # Feasibility first (most gang searches fail): could enough hosts be
-        # readied if every eligible victim on them went? Stops counting at enough.
-        # (Work on more hosts than the rule's span is never eligible: not asked.)
-        span = span_of(eligible)
-        ready: list[str] = []
-        for h in candidates:
-            have = free[h]
-            if have < per_host:
-                for v in on_host.get(h, ()):
-                    if v.span <= span and v.w.id not in gone and eligible(v.w) is not None:
-                        have += _gpus_on(v, h)
-                        if have >= per_host:
-                            break
-            if have >= per_host:
-                ready.append(h)
-                if len(ready) >= hosts:
-                    break
-        if len(ready) < hosts:
-            self.exact_fail = True
-            self.fail_kind = "ready"
-            self.fail_hosts = frozenset(ready)
-            return None
-        ready_free = [h for h in candidates if free[h] >= per_host]
-        need = hosts - len(ready_free)
-        if need <= 0:
-            self.exact_fail = True
-            self.fail_kind = "fits"
-            return None  # it fits without preemption; the caller places it directly
         why: dict[str, str | None] = {}
 
         def reason(v: Victim) -> str | None:

@@ -4,13 +4,16 @@ A single-host search decides most failures without a cost or a plan
 (``VictimIndex._covered_nowhere``) and then repeats the failing full search's
 one lasting effect, the keep values fixed by the costs it would have asked
 (``CostModel.ask``). Both kinds of search skip allocated work spread over more
-hosts than the rule's ``span`` without asking the rule. These tests run whole
-scenarios and, at every search, run the full walk as well, on a copy of the
-cycle's cost model: the single-host walk (``_search_host``) without the
-shortcut, the gang search with every victim offered to the rule. They demand
-the same plan or failure, the same keep values fixed and the same trail of
-budgets asked, and check that every path was taken often enough for the
-comparison to prove something; a mutant that forgets the asks is caught.
+hosts than the rule's ``span`` without asking the rule, and their feasibility
+checks visit only the hosts holding other work (``VictimIndex.light``), in
+their own order. These tests run whole scenarios and, at every search, run the
+full walk as well, on a copy of the cycle's cost model: the single-host walk
+(``_search_host``) without the shortcut, the gang search with every victim
+offered to the rule, and the gang's ready hosts as first defined (every
+candidate in name order). They demand the same plan or failure, the same keep
+values fixed and the same trail of budgets asked, and check that every path
+was taken often enough for the comparison to prove something; mutants that
+forget the asks or hide eligible work are caught.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class Seen:
     gang_failed: int = 0
     gang_planned: int = 0
     mins_checked: int = 0
+    ready_checked: int = 0
     wrong: list[str] = field(default_factory=list)
 
 
@@ -74,6 +78,21 @@ def _full(idx: VictimIndex, hosts: int, per_host: int, ends_by: int, capacity: C
     return _view(idx, plan)
 
 
+def _ready_as_defined(idx: VictimIndex, per_host: int, ends_by: int, capacity: Capacity,
+                      eligible: preemption.Eligibility, who: str) -> frozenset[str]:
+    """Every candidate host, not barred, that free GPUs plus all its eligible victims ready."""
+    barred = capacity.barred(ends_by, who)
+    ready = set()
+    for h in idx._candidates(capacity, per_host):
+        have = capacity.free[h]
+        for v in idx.on_host.get(h, ()):
+            if v.w.id not in idx.gone and eligible(v.w) is not None:
+                have += preemption._gpus_on(v, h)
+        if h not in barred and have >= per_host:
+            ready.add(h)
+    return frozenset(ready)
+
+
 def _watch(monkeypatch: pytest.MonkeyPatch) -> Seen:
     seen = Seen()
     search = VictimIndex.search
@@ -104,6 +123,13 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> Seen:
         if hosts > 1:
             seen.gang_failed += plan is None
             seen.gang_planned += plan is not None
+            if self.fail_kind != "candidates":
+                ready = _ready_as_defined(self, per_host, ends_by, capacity, eligible, who)
+                if self.fail_kind == "ready" and self.fail_hosts != ready:
+                    seen.wrong.append(f"{where}: ready {sorted(self.fail_hosts)} != {sorted(ready)}")
+                if self.fail_kind != "ready" and len(ready) < hosts:
+                    seen.wrong.append(f"{where}: searched past too few ready hosts")
+                seen.ready_checked += 1
         elif plan is None:
             seen.single_failed += 1
             seen.single_failed_asking += len(model._keep) > fixed
@@ -136,7 +162,7 @@ def test_every_search_agrees_with_the_full_walk(name: str, days: float | None, p
     if name == "ai2-month" and policy == "allot":
         assert seen.single_failed_asking > 20, seen
         assert seen.gang_failed > 100 and seen.gang_planned > 20, seen
-        assert seen.mins_checked > 100, seen
+        assert seen.mins_checked > 100 and seen.ready_checked > 100, seen
 
 
 def test_a_failure_that_forgets_its_asks_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
