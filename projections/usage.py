@@ -27,7 +27,8 @@ from collections import deque
 class LeafUsage:
     """Accrual state of one leaf."""
 
-    __slots__ = ("buckets", "lifetime", "order", "rate", "since", "snap", "snap_at", "total")
+    __slots__ = ("aged", "aged_n", "buckets", "lifetime", "order", "rate", "since", "snap", "snap_at",
+                 "total")
 
     def __init__(self, since: int) -> None:
         self.snap_at = -1  # the last period boundary crossed by an accrual ...
@@ -38,24 +39,39 @@ class LeafUsage:
         self.order: deque[int] = deque()  # bucket indices, ascending
         self.total = 0  # sum of retained buckets
         self.lifetime = 0  # all GPU-seconds ever accrued (not windowed)
+        # A read memo (``UsageProjection._aged``): the first ``aged_n`` buckets of
+        # ``order`` hold ``aged`` GPU-seconds, and all lie before the window of
+        # the last read. Reset whenever accrual changes the buckets.
+        self.aged_n = 0
+        self.aged = 0
 
 
 class UsageProjection:
     """The windowed usage fold over every leaf."""
 
-    __slots__ = ("_cache", "_cache_at", "_cache_for", "bucket_s", "leaves", "period_s", "window_s")
+    __slots__ = ("_cache", "_cache_at", "_cache_for", "_cache_kmin", "_changing", "bucket_s", "epoch",
+                 "leaves", "period_s", "window_s")
 
     def __init__(self, window_s: int, bucket_s: int, period_s: int = 300) -> None:
         self.window_s = window_s
         self.bucket_s = bucket_s
         self.period_s = period_s
         self.leaves: dict[str, LeafUsage] = {}
-        # usage_of() results at one instant; a leaf's entry goes when its rate
-        # changes before that instant or after its period. A memo only: it never
-        # changes an answer.
+        # usage_of() results at one instant, the true usage there: a rate change
+        # after a read leaves the usage at the instant read as it was (it
+        # accrues after it). Carried to a later instant except for the leaves
+        # that may differ there (``_carry``). A memo only: it never changes an
+        # answer.
         self._cache: dict[str, int] = {}
         self._cache_at = -1
         self._cache_for: list[str] | None = None  # the leaves list the cache was filled for
+        self._cache_kmin = 0  # the window's first bucket at ``_cache_at``
+        # Leaves whose entry may not hold at a later instant: read while running
+        # (or through ``snap``), or whose rate changed since they were read.
+        self._changing: set[str] = set()
+        # Bumped whenever the memo moves to another instant or starts afresh: a
+        # reader that saw it at one epoch may ask ``usage_changes`` at the next.
+        self.epoch = 0
 
     def reconfigure(self, window_s: int, bucket_s: int, period_s: int = 300) -> None:
         """Change the window (the bucket width may only change before any usage exists)."""
@@ -64,7 +80,8 @@ class UsageProjection:
         self.window_s = window_s
         self.bucket_s = bucket_s
         self.period_s = period_s
-        self._cache_at = -1
+        self._cache_for = None  # (nothing carries over to another window)
+        self.epoch += 1
 
     def _leaf(self, leaf: str, now: int) -> LeafUsage:
         u = self.leaves.get(leaf)
@@ -77,31 +94,52 @@ class UsageProjection:
         """Accrue up to ``now`` at the old rate, then add ``delta`` GPUs to the rate."""
         u = self._leaf(leaf, now)
         self._accrue(u, now)
+        u.aged_n = u.aged = 0  # (accrual may have changed any bucket)
         u.rate += delta
-        # A rate change at or after the cached instant, inside its period, leaves
-        # the usage *at* that instant as it was when the instant is a period
-        # boundary (what accrues after it is not in it, and the first accrual
-        # past it recorded it exactly: ``snap``), so a cached value there stays
-        # right: fair share asks at one boundary for a whole period while work
-        # starts and stops. Anything else forgets it (under usage_of's contract
-        # nothing else can ask again for that instant; this is only defence).
-        at = self._cache_at
-        if not (at % self.period_s == 0 and at <= now < at + self.period_s):
-            self._cache.pop(leaf, None)
+        # The usage at the memo's instant (not after ``now``) is what it was, so
+        # its entry stays; at a later instant it may differ.
+        self._changing.add(leaf)
 
     def _value_at(self, u: LeafUsage, t: int) -> int:
         """Windowed usage at ``t``, for ``t`` not before the leaf's last accrual."""
         b = self.bucket_s
         kmin = (t - self.window_s) // b + 1
         total = u.total
-        for k in u.order:
-            if k >= kmin:
-                break
-            total -= u.buckets[k]
+        order = u.order
+        if order and order[0] < kmin:
+            total -= self._aged(u, kmin)
         if u.rate:
             start = max(u.since, kmin * b)
             if t > start:
                 total += u.rate * (t - start)
+        return total
+
+    def _aged(self, u: LeafUsage, kmin: int) -> int:
+        """GPU-seconds in the leaf's buckets before bucket ``kmin`` (those the window left).
+
+        An idle leaf keeps its buckets until its next accrual, so without a memo
+        every read would add up again every bucket that left the window since.
+        The memo (``aged_n`` leading buckets, ``aged`` their sum) holds as long
+        as the buckets do not change (``change_rate`` resets it after accruing),
+        and since ``order`` ascends it extends to a later window by counting on
+        from ``aged_n``; a read at an earlier window (its last counted bucket is
+        inside it) counts from the start again.
+        """
+        order = u.order
+        n = u.aged_n
+        total = u.aged
+        if n and order[n - 1] >= kmin:
+            n = total = 0
+        buckets = u.buckets
+        size = len(order)
+        while n < size:
+            k = order[n]
+            if k >= kmin:
+                break
+            total += buckets[k]
+            n += 1
+        u.aged_n = n
+        u.aged = total
         return total
 
     def _accrue(self, u: LeafUsage, now: int) -> None:
@@ -155,36 +193,80 @@ class UsageProjection:
         ``now`` must be at or after each leaf's last accrual, or the period
         boundary that accrual crossed (whose value it recorded).
         """
-        if now != self._cache_at or leaves is not self._cache_for:
+        if leaves is not self._cache_for or (now != self._cache_at and self._carry(now) is None):
             self._cache = {}
-            self._cache_at = now
             self._cache_for = leaves
+            self._cache_at = now
+            self._cache_kmin = self._kmin(now)
+            self._changing = set()
+            self.epoch += 1
         cache = self._cache
-        if len(cache) == len(leaves):
-            return dict(cache)
-        get = self.leaves.get
-        value_at = self._value_at
-        kmin = (now - self.window_s) // self.bucket_s + 1  # the window's first bucket at now
-        out: dict[str, int] = {}
-        for leaf in leaves:
+        if len(cache) < len(leaves):
+            self._fill(cache, leaves, now)
+        return dict(cache)
+
+    def usage_changes(self, leaves: list[str], now: int) -> dict[str, int] | None:
+        """The usage at ``now`` of each leaf whose usage may differ from the memo's, or None if unknown.
+
+        For a reader that last saw ``usage_of(leaves, then)`` while ``epoch``
+        is still what it was then, and ``now`` is later: every leaf missing
+        from the answer has the usage at ``now`` that it had at ``then``. None
+        when the memo cannot tell (another list, not all of ``leaves`` read, or
+        the window's first bucket moved): then read ``usage_of``.
+        """
+        if leaves is not self._cache_for or len(self._cache) < len(leaves):
+            return None
+        return self._carry(now)
+
+    def _carry(self, now: int) -> dict[str, int] | None:
+        """Move the memo to the later instant ``now``, reading again only the leaves that may differ.
+
+        Possible when the window starts at the same bucket at ``now``. An entry
+        outside ``_changing`` is of a leaf that was idle when read (no rate,
+        not accrued after the instant read) and whose rate no change touched
+        since: its buckets, total and rate are those it was read with, and the
+        window covers the same buckets, so ``_value_at`` gives the same integer
+        at ``now``. Returns the entries read again (None, changing nothing, when
+        not possible).
+        """
+        if now <= self._cache_at or self._kmin(now) != self._cache_kmin:
+            return None
+        self._cache_at = now
+        self.epoch += 1
+        changing = self._changing
+        self._changing = set()
+        cache = self._cache
+        read: dict[str, int] = {}
+        for leaf in changing:
             if leaf in cache:
-                out[leaf] = cache[leaf]
-                continue
-            u = get(leaf)
-            if u is None:
-                v = 0
-            elif u.since <= now:
-                # An idle leaf none of whose buckets left the window is its total
-                # (what ``_value_at`` computes, without the call: most leaves idle).
-                v = value_at(u, now) if u.rate or (u.order and u.order[0] < kmin) else u.total
-            elif u.snap_at == now:
-                v = u.snap
-            else:
-                # Only after the period itself was reconfigured mid-period: the
-                # boundary moved, so use the value as of the last accrual.
-                v = value_at(u, u.since)
-            out[leaf] = cache[leaf] = v
-        return out
+                read[leaf] = cache[leaf] = self._read(leaf, now)
+        return read
+
+    def _fill(self, cache: dict[str, int], leaves: list[str], now: int) -> None:
+        """Read into ``cache`` every leaf of ``leaves`` it lacks, at ``now``."""
+        for leaf in leaves:
+            if leaf not in cache:
+                cache[leaf] = self._read(leaf, now)
+
+    def _read(self, leaf: str, now: int) -> int:
+        """One leaf's usage at ``now`` for the memo, noting in ``_changing`` if it may differ later."""
+        u = self.leaves.get(leaf)
+        if u is None:
+            return 0
+        if u.since <= now:
+            if u.rate:
+                self._changing.add(leaf)
+            return self._value_at(u, now)
+        self._changing.add(leaf)
+        if u.snap_at == now:
+            return u.snap
+        # Only after the period itself was reconfigured mid-period: the boundary
+        # moved, so use the value as of the last accrual.
+        return self._value_at(u, u.since)
+
+    def _kmin(self, t: int) -> int:
+        """The first bucket of the window at ``t``."""
+        return (t - self.window_s) // self.bucket_s + 1
 
     def lifetime(self, leaf: str, now: int) -> int:
         """All GPU-seconds ever charged to ``leaf`` up to ``now`` (read-only)."""

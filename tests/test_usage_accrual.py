@@ -184,3 +184,92 @@ def test_usage_of_memo_never_changes_an_answer(steps: list[tuple[str, int, int, 
             fresh.change_rate(name, d, t)
         at = now if at_now else now - now % period_s
         assert memo.usage_of(leaves, at) == fresh.usage_of(leaves, at)
+
+
+@seed(13)
+@settings(max_examples=300, deadline=None)
+@given(steps=st.lists(st.tuples(st.sampled_from(["lab/a", "lab/b", "lab/c"]), st.integers(-4, 8),
+                                st.integers(0, 3 * HOUR), st.lists(st.integers(0, HOUR), max_size=6)),
+                      min_size=1, max_size=40),
+       period_s=st.sampled_from([1, 60, 300]), bucket_s=st.sampled_from([60, 600]),
+       t0=st.integers(0, 10**6))
+def test_usage_of_memo_carried_to_later_instants_never_changes_an_answer(
+        steps: list[tuple[str, int, int, list[int]]], period_s: int, bucket_s: int, t0: int) -> None:
+    """Entries usage_of keeps for idle leaves across later instants are what a fresh projection reads.
+
+    After each rate change the same leaves are read at the boundary and then
+    at a row of later instants, so idle leaves' entries are carried across
+    instants, across the window's moves (a bucket leaving it) and across
+    leaves that start or stop in between; ``lab/d`` never runs at all.
+    """
+    window = 3 * bucket_s
+    memo = UsageProjection(window, bucket_s, period_s)
+    leaves = ["lab/a", "lab/b", "lab/c", "lab/d"]
+    changes: list[tuple[str, int, int]] = []
+    now = t0
+    for leaf, delta, gap, later in steps:
+        now += gap
+        memo.change_rate(leaf, delta, now)
+        changes.append((leaf, delta, now))
+        fresh = UsageProjection(window, bucket_s, period_s)
+        for name, d, t in changes:
+            fresh.change_rate(name, d, t)
+        instants = [now - now % period_s]
+        t = now
+        for step in sorted(later):
+            t += step
+            instants.append(t)
+        for at in instants:
+            assert memo.usage_of(leaves, at) == fresh.usage_of(leaves, at)
+
+
+class CountingUsage(UsageProjection):
+    """Counts the leaves it reads (``_value_at``)."""
+
+    __slots__ = ("reads",)
+
+    def __init__(self, window_s: int, bucket_s: int, period_s: int) -> None:
+        super().__init__(window_s, bucket_s, period_s)
+        self.reads = 0
+
+    def _value_at(self, u: LeafUsage, t: int) -> int:
+        self.reads += 1
+        return super()._value_at(u, t)
+
+
+def test_an_idle_leaf_is_read_again_only_when_the_window_moves_or_it_runs() -> None:
+    usage = CountingUsage(2 * HOUR, HOUR, 300)
+    leaves = ["lab/a", "lab/b"]
+
+    def read(at: int) -> tuple[dict[str, int], int]:
+        usage.reads = 0
+        return usage.usage_of(leaves, at), usage.reads
+
+    usage.change_rate("lab/a", 8, 0)
+    usage.change_rate("lab/a", -8, 600)  # idle from here, 4800 GPU-seconds in bucket 0
+    usage.change_rate("lab/b", 2, 600)   # runs on
+    assert read(900) == ({"lab/a": 4800, "lab/b": 600}, 2)
+    assert read(1200) == ({"lab/a": 4800, "lab/b": 1200}, 1)  # only the running leaf
+    assert read(7200) == ({"lab/a": 0, "lab/b": 2 * 3600}, 2)  # bucket 0 left the window: both
+    usage.change_rate("lab/a", 1, 7500)
+    assert read(7800) == ({"lab/a": 300, "lab/b": 2 * 4200}, 2)  # a runs again: both
+
+
+@seed(17)
+@settings(max_examples=300, deadline=None)
+@given(history=st.lists(st.tuples(st.integers(1, 8), st.integers(60, 2 * HOUR)), min_size=1, max_size=12),
+       reads=st.lists(st.integers(0, 12 * HOUR), min_size=1, max_size=20))
+def test_reads_of_an_idle_leaf_sum_exactly_the_buckets_in_the_window(
+        history: list[tuple[int, int]], reads: list[int]) -> None:
+    """The memo of buckets that left the window (``_aged``) gives the plain sum, reads in any order."""
+    usage = UsageProjection(4 * HOUR, 600, 300)
+    now = 0
+    for gpus, seconds in history:
+        usage.change_rate("lab/a", gpus, now)
+        now += seconds
+        usage.change_rate("lab/a", -gpus, now)
+    u = usage.leaves["lab/a"]
+    for dt in reads:
+        t = now + dt
+        kmin = (t - usage.window_s) // usage.bucket_s + 1
+        assert usage.usage("lab/a", t) == sum(u.buckets[k] for k in u.order if k >= kmin)
