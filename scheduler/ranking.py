@@ -18,7 +18,7 @@ Everything is integers (GPU-seconds, share weights), so comparisons are exact.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -28,6 +28,7 @@ from scheduler.rules import less_used
 KEEP_MAX = (1 << 20) - 1  # the largest keep_value (a leaf that has used nothing)
 
 if TYPE_CHECKING:
+    from projections.budget_tree import Structure
     from projections.workloads import Move
     from scheduler.state import State
 
@@ -61,7 +62,11 @@ def _commitment(gpus: int, allocated: bool, until: int | None, started_at: int |
 
 
 def _sums(state: State, committed: dict[str, int], fs: int) -> dict[str, int]:
-    """Every node's usage at the fair-share instant ``fs`` plus ``committed``, leaves up."""
+    """Every node's usage at the fair-share instant ``fs`` plus ``committed``, leaves up.
+
+    A commitment counts only at a leaf of the tree (a workload whose leaf has
+    since become an inner node charges nothing there: inner nodes are sums).
+    """
     st = state.budget.structure()
     use = state.usage.usage_of(st.leaves, fs)
     for leaf, c in committed.items():
@@ -70,6 +75,64 @@ def _sums(state: State, committed: dict[str, int], fs: int) -> dict[str, int]:
     for path, kids in st.internal:
         use[path] = sum([use[c] for c in kids])
     return use
+
+
+# A level no longer sorted at the current sums: an order of its children that
+# was sorted, and the one child whose sum moved since ("" when several may
+# have). See ``_resort``.
+_Stale = tuple[list[str], str]
+
+
+def _moved_child(moved: dict[str, str], level: str, child: str) -> None:
+    """Note in ``moved`` that ``child``'s sum under ``level`` moved ("" once a second child's did)."""
+    was = moved.get(level)
+    if was is None:
+        moved[level] = child
+    elif was and was != child:
+        moved[level] = ""
+
+
+def _charge(use: dict[str, int], paths: dict[str, list[str]], children: dict[str, list[str]],
+            leaf: str, d: int, moved: dict[str, str]) -> None:
+    """Add ``d`` to ``leaf``'s sum and its ancestors', noting each level's moved child in ``moved``.
+
+    Nothing for a node that is not a leaf of the tree (``_sums`` counts no
+    commitment there).
+    """
+    path = paths.get(leaf)
+    if path is None or leaf in children:
+        return
+    i = len(path) - 1
+    while i >= 0:
+        node = path[i]
+        v: int = use[node]
+        use[node] = v + d
+        if i:
+            _moved_child(moved, path[i - 1], node)
+        i -= 1
+
+
+def _restale(pristine: dict[str, list[str]], stale: dict[str, _Stale],
+             moved: dict[str, str]) -> tuple[dict[str, list[str]], dict[str, _Stale]]:
+    """The sorted levels and stale levels after the children ``moved`` names moved, as new dicts.
+
+    A sorted level with a moved child becomes stale with that child (or ""),
+    a stale level keeps its child only when that is the one that moved again.
+    """
+    kept: dict[str, list[str]] = {}
+    out = dict(stale)
+    for p, order in pristine.items():
+        c = moved.get(p)
+        if c is None:
+            kept[p] = order
+        else:
+            out[p] = (order, c)
+    for p, c in moved.items():
+        if p not in pristine:
+            entry = out.get(p)
+            if entry is not None and entry[1] != c:
+                out[p] = (entry[0], "")
+    return kept, out
 
 
 class _FairShareBase:
@@ -82,13 +145,28 @@ class _FairShareBase:
     exactly its workload's term: replaying the running set's journal
     (``WorkloadsProjection.moves``) onto the sums gives the same integers as
     summing afresh, and a level whose children's sums did not move keeps its
-    sorted order (``pristine``), which is a function of those sums alone.
-    Anything else (a new instant, tree or policy, or a journal that no longer
-    reaches back far enough) builds the base afresh.
+    sorted order (``pristine``), which is a function of those sums alone. A
+    level that does not is kept as stale (``stale``), to be re-sorted from its
+    old order.
+
+    At a later instant (same tree and policy, the journal still reaching back)
+    the base moves there (``_move_to``) instead of walking the running set
+    again: it keeps, per contributing workload, what its term is made of, so
+    the terms at the new instant come from those and the journal, and the
+    usage from the leaves whose usage may have changed
+    (``UsageProjection.usage_changes``). Anything else (an earlier instant, a
+    new tree or policy, or a journal that no longer reaches back far enough)
+    builds the base afresh.
+
+    Invariants: ``use`` is ``_sums`` of the usage at ``fs`` and ``committed``;
+    ``committed`` is ``_committed(parts, fs)``; a level in ``pristine`` is its
+    children sorted at ``use``; a level in ``stale`` and not in ``pristine``
+    holds an order sorted at ``use`` but for the child it names (any order
+    when that is "").
     """
 
-    __slots__ = ("committed", "fs", "parts", "policy", "pristine", "running_version", "tree",
-                 "tree_version", "use")
+    __slots__ = ("committed", "fs", "parts", "policy", "pristine", "running_version", "stale", "tree",
+                 "tree_version", "usage_epoch", "use")
 
     def __init__(self, state: State, fs: int) -> None:
         tree = state.budget
@@ -97,58 +175,61 @@ class _FairShareBase:
         self.tree_version = tree.version
         self.policy = state.policy
         self.running_version = state.workloads.running_version
-        # Each contributing running workload's term: id -> (leaf, GPU-seconds).
-        parts: dict[str, tuple[str, int]] = {}
-        committed: dict[str, int] = {}
+        # Each running workload whose term is positive at ``fs``: id -> what the
+        # term is made of (see ``_Part``).
+        parts: dict[str, _Part] = {}
         for w in state.workloads.running.values():
-            c = _commitment(w.gpus, w.allocated, w.protected_until, w.started_at, fs)
-            if c:
-                parts[w.id] = (w.budget, c)
-                committed[w.budget] = committed.get(w.budget, 0) + c
+            _add_part(parts, w.id, w.budget, w.gpus, w.allocated, w.protected_until, w.started_at, fs)
         self.parts = parts
-        self.committed = committed
-        self.use = _sums(state, committed, fs)
+        self.committed = _committed(parts, fs)
+        self.use = _sums(state, self.committed, fs)
+        self.usage_epoch = state.usage.epoch  # the usage memo's, as ``use`` read it
         # Each level sorted at this base's sums, filled as cycles walk the tree
         # (``Ranking.sorted_children`` before any in-cycle commitment).
         self.pristine: dict[str, list[str]] = {}
+        self.stale: dict[str, _Stale] = {}
 
     def current(self, state: State, fs: int) -> bool:
         """Whether this base is (or can be brought up to) the state's, advancing it if so."""
         tree = state.budget
-        if fs != self.fs or tree is not self.tree or tree.version != self.tree_version \
-                or state.policy != self.policy:
+        policy = state.policy
+        if fs < self.fs or tree is not self.tree or tree.version != self.tree_version \
+                or (policy is not self.policy and policy != self.policy):
             return False
         wl = state.workloads
         behind = wl.running_version - self.running_version
-        if not behind:
-            return True
         moves = wl.moves
         if behind < 0 or behind > len(moves):
             return False
-        self._advance(moves[len(moves) - behind:], tree.structure().parent)
+        if fs != self.fs:
+            self._move_to(state, fs, moves[len(moves) - behind:] if behind else [])
+        elif behind:
+            self._advance(moves[len(moves) - behind:], tree.structure())
         self.running_version = wl.running_version
         return True
 
-    def _advance(self, moves: list[Move], parent: dict[str, str | None]) -> None:
-        # ``committed``, ``use`` and ``pristine`` are replaced, never changed in
-        # place: a Ranking or a caller may still hold the old ones.
+    def _advance(self, moves: list[Move], st: Structure) -> None:
+        # ``committed``, ``use``, ``pristine`` and ``stale`` are replaced, never
+        # changed in place: a Ranking or a caller may still hold the old ones.
         parts = self.parts
+        fs = self.fs
         delta: dict[str, int] = {}
         for m in moves:
             if m.started_at is None:  # a stop: take back its term, if it had one
                 part = parts.pop(m.id, None)
                 if part is not None:
-                    delta[part[0]] = delta.get(part[0], 0) - part[1]
+                    leaf = part[0]
+                    delta[leaf] = delta.get(leaf, 0) - _term(part, fs)
             else:
-                c = _commitment(m.gpus, m.allocated, m.protected_until, m.started_at, self.fs)
+                c = _add_part(parts, m.id, m.budget, m.gpus, m.allocated, m.protected_until,
+                              m.started_at, fs)
                 if c:
-                    parts[m.id] = (m.budget, c)
                     delta[m.budget] = delta.get(m.budget, 0) + c
         if not any(delta.values()):
             return
         committed = dict(self.committed)
         use = dict(self.use)
-        stale: set[str] = set()
+        moved: dict[str, str] = {}
         for leaf, d in delta.items():
             if not d:
                 continue
@@ -157,16 +238,105 @@ class _FairShareBase:
                 committed[leaf] = left
             else:
                 del committed[leaf]
-            if leaf in use:
-                p: str | None = leaf
-                while p is not None:
-                    use[p] += d
-                    p = parent.get(p)
-                    if p is not None:
-                        stale.add(p)
+            _charge(use, st.paths, st.children, leaf, d, moved)
         self.committed = committed
         self.use = use
-        self.pristine = {p: order for p, order in self.pristine.items() if p not in stale}
+        self.pristine, self.stale = _restale(self.pristine, self.stale, moved)
+
+    def _move_to(self, state: State, fs: int, moves: list[Move]) -> None:
+        """This base at the later instant ``fs``, with the running set's ``moves`` since it was last current.
+
+        Exactly the fresh base at ``fs``: a term only shrinks as the instant
+        moves on (``_term``), so the workloads with a positive term at ``fs``
+        are among ``parts`` or started since (the journal); ``parts`` holds
+        each one's term as the running workload's own fields give it (a start
+        records what it was started with, and a running workload's fields stay
+        so). A leaf's usage at ``fs`` is the one ``usage_changes`` reports, or
+        else its usage at the old instant (``use`` less ``committed`` there);
+        each leaf's sum then moves by its difference, up its path, as in
+        ``_advance``. When the usage memo cannot tell, the sums are taken afresh.
+        """
+        parts = self.parts
+        for m in moves:
+            if m.started_at is None:
+                parts.pop(m.id, None)
+            else:
+                _add_part(parts, m.id, m.budget, m.gpus, m.allocated, m.protected_until,
+                          m.started_at, fs)
+        for wid in [wid for wid, part in parts.items() if _term(part, fs) <= 0]:
+            del parts[wid]
+        usage = state.usage
+        st = state.budget.structure()
+        changes = usage.usage_changes(st.leaves, fs) if usage.epoch == self.usage_epoch else None
+        committed = _committed(parts, fs)
+        old = self.use
+        moved: dict[str, str] = {}
+        if changes is None:
+            use = _sums(state, committed, fs)
+            for p, kids in st.children.items():
+                for c in kids:
+                    if use[c] != old[c]:
+                        _moved_child(moved, p, c)
+        else:
+            before = self.committed
+            use = dict(old)
+            paths = st.paths
+            children = st.children
+            # Only a leaf whose usage or commitment may have moved can have moved.
+            for leaf, used in changes.items():
+                d = used + committed.get(leaf, 0) - old[leaf]
+                if d:
+                    _charge(use, paths, children, leaf, d, moved)
+            for leaf, term in committed.items():
+                if leaf not in changes and leaf in old:
+                    d = term - before.get(leaf, 0)
+                    if d:
+                        _charge(use, paths, children, leaf, d, moved)
+            for leaf, term in before.items():
+                if leaf not in changes and leaf not in committed and leaf in old:
+                    _charge(use, paths, children, leaf, -term, moved)
+        self.fs = fs
+        self.committed = committed
+        self.use = use
+        self.usage_epoch = usage.epoch
+        self.pristine, self.stale = _restale(self.pristine, self.stale, moved)
+
+
+# What one running workload's commitment is made of: (leaf, GPUs, protected
+# until, measured from no earlier than). Its term at an instant is ``_term``.
+_Part = tuple[str, int, int, int]
+
+
+def _term(part: _Part, fs: int) -> int:
+    """The part's commitment at the fair-share instant ``fs`` (``_commitment``'s value)."""
+    _, gpus, until, started = part
+    since = fs if started < fs else started
+    return gpus * (until - since) if until > since else 0
+
+
+def _add_part(parts: dict[str, _Part], wid: str, leaf: str, gpus: int, allocated: bool,
+              until: int | None, started_at: int | None, fs: int) -> int:
+    """Note a running workload's part when its term at ``fs`` is positive; return the term.
+
+    A workload with no start time is measured from the instant, whichever it
+    is: from ``fs`` on, that is the same as having started at ``fs``.
+    """
+    c = _commitment(gpus, allocated, until, started_at, fs)
+    if c:
+        assert until is not None
+        parts[wid] = (leaf, gpus, until, fs if started_at is None else started_at)
+    return c
+
+
+def _committed(parts: dict[str, _Part], fs: int) -> dict[str, int]:
+    """Per leaf, the sum of its parts' terms at ``fs`` (only leaves with a positive sum)."""
+    committed: dict[str, int] = {}
+    for part in parts.values():
+        c = _term(part, fs)
+        if c:
+            leaf = part[0]
+            committed[leaf] = committed.get(leaf, 0) + c
+    return committed
 
 
 def _fair_share_base(state: State) -> _FairShareBase:
@@ -177,6 +347,127 @@ def _fair_share_base(state: State) -> _FairShareBase:
     base = _FairShareBase(state, fs)
     state.memo["fair_share"] = base
     return base
+
+
+def _before(a: str, b: str, use: dict[str, int], shares: dict[str, int]) -> bool:
+    """Whether sibling ``a`` is served before ``b``.
+
+    The comparison of the keys ``(1, 0.0, 0, name)`` for a node with no share
+    (served last) and ``(0, usage / share, -share, name)`` otherwise, element by
+    element as tuples compare, without building them. Names are unique among
+    siblings, so no two keys are equal and the sorted order is unique.
+    """
+    sa = shares[a]
+    sb = shares[b]
+    if sa <= 0 or sb <= 0:
+        if sa > 0:
+            return True
+        if sb > 0:
+            return False
+        return a < b
+    ra = use[a] / sa
+    rb = use[b] / sb
+    if ra != rb:
+        return ra < rb
+    if sa != sb:
+        return sa > sb
+    return a < b
+
+
+def _sorted(children: list[str], use: dict[str, int], shares: dict[str, int]) -> list[str]:
+    """``children`` in ``_before`` order, by a plain sort of their keys."""
+    keyed: list[tuple[int, float, int, str]] = []
+    for c in children:
+        s = shares[c]
+        if s <= 0:
+            keyed.append((1, 0.0, 0, c))
+        else:
+            keyed.append((0, use[c] / s, -s, c))
+    keyed.sort()
+    return [k[3] for k in keyed]
+
+
+# Levels this wide or narrower are re-sorted from an old order by insertion
+# (``_resort``); wider ones by a plain sort, whose cost does not depend on how
+# far the old order is from the new one.
+_INSERTION_MAX = 32
+
+
+def _resort(stale: _Stale, use: dict[str, int], shares: dict[str, int]) -> list[str]:
+    """The level sorted at ``use``, as a new list, from its stale entry.
+
+    With one moved child, the rest of the old order is still sorted (only
+    that child's key changed), so the child is taken out and put back where
+    its new key goes: the unique sorted order. Otherwise an insertion sort
+    from the old order, which gives the unique sorted order whatever the old
+    order is, in about one comparison per child when few keys moved.
+    """
+    order, child = stale
+    if child:
+        out = list(order)
+        i = out.index(child)
+        del out[i]
+        j = i
+        while j > 0 and _before(child, out[j - 1], use, shares):
+            j -= 1
+        if j == i:
+            n = len(out)
+            while j < n and _before(out[j], child, use, shares):
+                j += 1
+        out.insert(j, child)
+        return out
+    if len(order) > _INSERTION_MAX:
+        return _sorted(order, use, shares)
+    out = []
+    for c in order:
+        j = len(out)
+        while j > 0 and _before(c, out[j - 1], use, shares):
+            j -= 1
+        out.insert(j, c)
+    return out
+
+
+class _Shape:
+    """What the order reads of one version of the tree, beyond ``Structure``: kept with it."""
+
+    __slots__ = ("splits", "structure", "under")
+
+    def __init__(self, st: Structure) -> None:
+        self.structure = st
+        # Per leaf and victim leaf, where their paths part (``may_preempt``),
+        # filled as asked.
+        self.splits: dict[str, dict[str, _Split]] = {}
+        # Per inner node, the leaves below it (``iter_leaves_in``).
+        under: dict[str, list[str]] = {p: [] for p in st.children}
+        for leaf in st.leaves:
+            for p in st.paths[leaf][:-1]:
+                under[p].append(leaf)
+        self.under = under
+
+
+def _shape(state: State, st: Structure) -> _Shape:
+    """The ``_Shape`` of the tree's current ``Structure`` (replaced whenever the tree changes)."""
+    shape = state.memo.get("fair_share_shape")
+    if isinstance(shape, _Shape) and shape.structure is st:
+        return shape
+    shape = _Shape(st)
+    state.memo["fair_share_shape"] = shape
+    return shape
+
+
+# Where two leaves' paths part: (the first's side, its shares, the second's
+# side, its shares), or ("", 0, "", 0) when one path contains the other.
+_Split = tuple[str, int, str, int]
+
+
+def _split(a: list[str], b: list[str], shares: dict[str, int]) -> _Split:
+    i = 0
+    n = min(len(a), len(b))
+    while i < n and a[i] == b[i]:
+        i += 1
+    if i == n:
+        return ("", 0, "", 0)
+    return (a[i], shares[a[i]], b[i], shares[b[i]])
 
 
 class Level(msgspec.Struct, frozen=True):
@@ -192,10 +483,15 @@ class Level(msgspec.Struct, frozen=True):
 
 
 class Ranking:
-    """The fair-share order for one cycle; admissions update it as the cycle goes."""
+    """The fair-share order for one cycle; admissions update it as the cycle goes.
 
-    __slots__ = ("_dirty", "_fair", "_paths", "_pristine", "_sorted", "active", "children", "parent",
-                 "shares", "tree", "use", "version")
+    ``use``, the sorted levels and the stale ones start as the base's own
+    (``_FairShareBase``) and are copied at the first in-cycle commitment, so a
+    cycle that commits nothing copies nothing; ``use`` is for reading only.
+    """
+
+    __slots__ = ("_active", "_fair", "_first", "_paths", "_sorted", "_splits", "_stale", "_under",
+                 "children", "parent", "shares", "tree", "use", "version")
 
     def __init__(self, state: State, committed: dict[str, int]) -> None:
         tree = state.budget
@@ -207,20 +503,30 @@ class Ranking:
         # The order at the cycle's start is a function of the usage at the
         # fair-share instant, the commitments, the tree and the policy: kept
         # across cycles (``_FairShareBase``), with every level sorted at that
-        # order (``_pristine``; a level sorted after an in-cycle commitment is
-        # not kept).
+        # order (its ``pristine``; a level sorted after an in-cycle commitment
+        # is not kept).
         base = _fair_share_base(state)
         if committed is base.committed:
-            self.use: dict[str, int] = dict(base.use)
-            self._pristine: dict[str, list[str]] = base.pristine
+            self.use: dict[str, int] = base.use
+            # Levels sorted at ``use``; one that is not is sorted when first
+            # asked for, from its ``_stale`` entry if it has one. Until the first
+            # commitment these are the base's own dicts, so what this cycle
+            # sorts is kept for the next ones.
+            self._sorted: dict[str, list[str]] = base.pristine
+            self._stale: dict[str, _Stale] = base.stale
         else:  # commitments other than the state's: nothing to share
             self.use = _sums(state, committed, fair_share_time(state))
-            self._pristine = {}
-        # Sorted lists are replaced, never changed in place, so they can be shared.
-        self._sorted: dict[str, list[str]] = dict(self._pristine)
-        self._dirty: set[str] = set(self.children).difference(self._pristine)
-        self.active: dict[str, int] = {}
+            self._sorted = {}
+            self._stale = {}
+        self._active: dict[str, int] = {}
+        # Per level, how many leading children of its sorted list ``best`` found
+        # inactive: active counts only fall between ``activate`` calls (which
+        # forget these), and a level sorted anew forgets its own.
+        self._first: dict[str, int] = {}
         self._paths: dict[str, list[str]] = st.paths
+        shape = _shape(state, st)
+        self._splits = shape.splits
+        self._under = shape.under
         self.version = 0  # bumped by every in-cycle commitment
         # (leaf, commitment) -> victim leaf -> may_preempt: shared by every rule of
         # the cycle for the same candidate leaf and commitment until a commitment
@@ -230,19 +536,17 @@ class Ranking:
 
     # -- order -------------------------------------------------------------------
 
-    def _key(self, path: str) -> tuple[int, float, int, str]:
-        s = self.shares[path]
-        if s <= 0:
-            return (1, 0.0, 0, path)  # zero-share nodes are served last
-        return (0, self.use[path] / s, -s, path)
-
     def sorted_children(self, path: str) -> list[str]:
-        if path in self._dirty:
-            order = self._sorted[path] = sorted(self.children[path], key=self._key)
-            self._dirty.discard(path)
-            if not self.version:
-                self._pristine[path] = order
-        return self._sorted[path]
+        """The children of ``path`` best-served-next first (sorted lists are never changed in place)."""
+        order = self._sorted.get(path)
+        if order is None:
+            stale = self._stale.get(path)
+            if stale is None:
+                order = _sorted(self.children[path], self.use, self.shares)
+            else:
+                order = _resort(stale, self.use, self.shares)
+            self._sorted[path] = order
+        return order
 
     def leaf_order(self) -> list[str]:
         """Every leaf, best-served-next first."""
@@ -267,78 +571,122 @@ class Ranking:
             else:
                 yield p
 
-    def iter_leaves_in(self, wanted: Iterable[str]) -> Iterator[str]:
+    def iter_leaves_in(self, wanted: Collection[str]) -> Iterator[str]:
         """The leaves of ``wanted`` in ``leaf_order``, walking only the subtrees that hold them.
 
         The same walk as ``iter_leaves`` with every subtree that holds none of
         ``wanted`` cut off, so the leaves it yields come in the same relative
         order; a cycle lending to the few leaves with unallocated work waiting
-        does not walk the whole tree. The same caveat: no ``commit`` while iterating.
+        does not walk the whole tree. Whether a subtree holds one is asked as
+        the walk reaches it, so a caller that stops early asks little. The same
+        caveat: no ``commit`` while iterating.
         """
         root = self.tree.root
-        if root is None:
-            return
-        parent = self.parent
-        keep: set[str] = set()
-        for leaf in wanted:
-            p: str | None = leaf
-            while p is not None and p not in keep:
-                keep.add(p)
-                p = parent.get(p)
-        if root not in keep:
+        if root is None or not self._holds(root, wanted):
             return
         children = self.children
         stack = [root]
         while stack:
             p = stack.pop()
             if p in children:
-                stack.extend([c for c in reversed(self.sorted_children(p)) if c in keep])
+                order = self.sorted_children(p)
+                i = len(order)
+                while i > 0:
+                    i -= 1
+                    c = order[i]
+                    if self._holds(c, wanted):
+                        stack.append(c)
             else:
                 yield p
 
+    def _holds(self, node: str, wanted: Collection[str]) -> bool:
+        """Whether ``node`` is a leaf of ``wanted`` or has one below it."""
+        below = self._under.get(node)
+        if below is None:
+            return node in wanted
+        return any(leaf in wanted for leaf in below)
+
     # -- walking with admissions ---------------------------------------------------
+
+    @property
+    def active(self) -> dict[str, int]:
+        """Per node, how many activated leaves below it (itself included) still have candidates."""
+        return self._active
+
+    @active.setter
+    def active(self, counts: dict[str, int]) -> None:
+        self._active = counts
+        self._first = {}
 
     def activate(self, leaves: list[str]) -> None:
         """Mark leaves that have candidates; best() only descends into active subtrees."""
+        active = self._active
+        paths = self._paths
         for leaf in leaves:
-            p: str | None = leaf
-            while p is not None:
-                self.active[p] = self.active.get(p, 0) + 1
-                p = self.parent.get(p)
+            path = paths.get(leaf)
+            if path is None:  # not in the tree: counted, never reached
+                active[leaf] = active.get(leaf, 0) + 1
+                continue
+            for p in path:
+                active[p] = active.get(p, 0) + 1
+        self._first = {}
 
     def deactivate(self, leaf: str) -> None:
-        p: str | None = leaf
-        while p is not None:
-            self.active[p] -= 1
-            p = self.parent.get(p)
+        active = self._active
+        for p in self._paths[leaf]:
+            n: int = active[p]
+            active[p] = n - 1
 
     def best(self) -> str | None:
         """The best-ranked active leaf, or None."""
         p = self.tree.root
-        if p is None or not self.active.get(p):
+        active = self._active
+        if p is None or not active.get(p, 0):
             return None
-        active = self.active
-        while p in self.children:
-            for c in self.sorted_children(p):
-                if active.get(c):
-                    p = c
-                    break
-            else:  # pragma: no cover - active counts guarantee a child
+        children = self.children
+        first = self._first
+        while p in children:
+            order = self.sorted_children(p)
+            start = first.get(p, 0)
+            i = start
+            n = len(order)
+            while i < n and not active.get(order[i], 0):
+                i += 1
+            if i == n:  # pragma: no cover - active counts guarantee a child
                 return None
+            if i != start:
+                first[p] = i
+            p = order[i]
         return p
 
     def commit(self, leaf: str, gpu_seconds: int) -> None:
         """An admission in this cycle: charge its commitment up the path and re-sort."""
         if not gpu_seconds:
             return
+        if not self.version:  # the first: from here on this cycle's own copies
+            self.use = dict(self.use)
+            self._sorted = dict(self._sorted)
+            self._stale = dict(self._stale)
         self.version += 1
         self._fair = {}
+        use = self.use
+        sorted_ = self._sorted
+        stale = self._stale
+        first = self._first
         p: str | None = leaf
         while p is not None:
-            self.use[p] += gpu_seconds
+            v: int = use[p]
+            use[p] = v + gpu_seconds
             parent = self.parent.get(p)
             if parent is not None:
-                self._dirty.add(parent)
+                order = sorted_.pop(parent, None)
+                if order is not None:
+                    stale[parent] = (order, p)
+                    first.pop(parent, None)
+                else:
+                    entry = stale.get(parent)
+                    if entry is not None and entry[1] != p:
+                        stale[parent] = (entry[0], "")
             p = parent
 
     # -- preemption rule -------------------------------------------------------------
@@ -359,17 +707,17 @@ class Ranking:
         than the victim's side. After the preemption the victim's side is then
         the more used one, so the victim cannot preempt straight back: no thrash.
         """
-        a = self._paths[leaf]
-        b = self._paths[victim_leaf]
-        i = 0
-        n = min(len(a), len(b))
-        while i < n and a[i] == b[i]:
-            i += 1
-        if i == n:
+        by_victim = self._splits.get(leaf)
+        if by_victim is None:
+            by_victim = self._splits[leaf] = {}
+        split = by_victim.get(victim_leaf)
+        if split is None:
+            split = by_victim[victim_leaf] = _split(self._paths[leaf], self._paths[victim_leaf],
+                                                    self.shares)
+        x, share_x, y, share_y = split
+        if not x:
             return False  # same leaf (or one contains the other): not a fair-share question
-        x = a[i]
-        y = b[i]
-        return less_used(self.use[x], self.shares[x], self.use[y], self.shares[y], commitment)
+        return less_used(self.use[x], share_x, self.use[y], share_y, commitment)
 
     def keep_value(self, leaf: str) -> int:
         """How much ``leaf`` deserves to keep its work, as a small integer (0 = the least).

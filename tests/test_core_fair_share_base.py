@@ -1,15 +1,17 @@
 """The fair-share base kept across cycles (``scheduler.ranking._FairShareBase``) is the one built afresh.
 
 A cycle's order starts from the usage at the fair-share instant plus the
-running allocated work's commitments. Between instants the base is advanced by
-replaying the running set's journal (``WorkloadsProjection.moves``) instead of
-being rebuilt. These tests run whole scenarios and, at every order a cycle
-builds, demand that the advanced base equals a fresh one: the same commitments,
-the same sums at every node, and every level it kept sorted in the order a
-fresh sort gives. They also check that advancing really happened (so the
-comparison proves something), and that a base which forgot to re-sort the
-levels above a moved leaf is caught. The pruned walk lending uses
-(``Ranking.iter_leaves_in``) is compared with the full walk.
+running allocated work's commitments. Inside one instant the base is advanced
+by replaying the running set's journal (``WorkloadsProjection.moves``), and to
+a later instant it is moved (``_FairShareBase._move_to``), instead of being
+rebuilt. These tests run whole scenarios and, at every order a cycle builds,
+demand that the kept base equals a fresh one: the same commitments, the same
+sums at every node, and every level it kept sorted in the order a plain sort
+of the keys gives. They also check that advancing and moving really happened
+(so the comparison proves something), and that a base which forgot to re-sort
+the levels above a moved leaf, or whose children's sums changed with the
+instant, is caught. The pruned walk lending uses (``Ranking.iter_leaves_in``)
+is compared with the full walk.
 """
 
 from __future__ import annotations
@@ -28,10 +30,22 @@ def _fresh(state: State) -> _FairShareBase:
     return _FairShareBase(state, fair_share_time(state))
 
 
+def _plain_order(state: State, use: dict[str, int], path: str) -> list[str]:
+    """The level sorted by its key tuples, with none of Ranking's machinery."""
+    st = state.budget.structure()
+
+    def key(c: str) -> tuple[int, float, int, str]:
+        s = st.shares[c]
+        return (1, 0.0, 0, c) if s <= 0 else (0, use[c] / s, -s, c)
+
+    return sorted(st.children[path], key=key)
+
+
 class Watch:
     def __init__(self) -> None:
         self.orders = 0     # orders built from the state's base
         self.advanced = 0   # of those, from a base advanced over starts and stops
+        self.moved = 0      # of those, from a base moved to a later instant
         self.kept = 0       # sorted levels an advanced base carried over
         self.gaps = 0       # bases rebuilt because the journal no longer reached back to them
         self.wrong: list[str] = []
@@ -44,9 +58,11 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> Watch:
 
     def checked_current(self: _FairShareBase, state: State, fs: int) -> bool:
         before = self.running_version
+        was_at = self.fs
         behind = state.workloads.running_version - before
         ok = current(self, state, fs)
         seen.advanced += ok and self.running_version != before
+        seen.moved += ok and fs != was_at
         seen.gaps += not ok and fs == self.fs and behind > len(state.workloads.moves)
         return ok
 
@@ -62,11 +78,9 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> Watch:
             seen.wrong.append(f"commitments at {state.now}")
         if base.use != fresh.use or self.use != fresh.use:
             seen.wrong.append(f"sums at {state.now}")
-        unshared = Ranking.__new__(Ranking)  # a copy of the commitments: sorts afresh
-        init(unshared, state, dict(fresh.committed))
         for path, order in base.pristine.items():
             seen.kept += 1
-            if order != unshared.sorted_children(path):
+            if order != _plain_order(state, fresh.use, path):
                 seen.wrong.append(f"level {path} at {state.now}")
 
     monkeypatch.setattr(_FairShareBase, "current", checked_current)
@@ -84,6 +98,7 @@ def test_an_advanced_base_equals_a_fresh_one(name: str, days: float | None,
     # and the base carried sorted levels across them: the check above bites.
     assert seen.orders > 100
     assert seen.advanced > seen.orders // 4
+    assert seen.moved > seen.orders // 20
     assert seen.kept > seen.orders
 
 
@@ -100,6 +115,33 @@ def test_a_base_that_keeps_stale_levels_is_caught(monkeypatch: pytest.MonkeyPatc
     seen = _watch(monkeypatch)
     shipped_log("ai2-month", 1.0)
     assert any(w.startswith("level") for w in seen.wrong)
+
+
+def test_a_moved_base_that_keeps_stale_levels_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mutant that keeps every sorted level across instants must show up as wrong levels."""
+    move_to = _FairShareBase._move_to
+
+    def keeps_everything(self: _FairShareBase, state: State, fs: int, moves: list[object]) -> None:
+        pristine = dict(self.pristine)
+        move_to(self, state, fs, moves)  # type: ignore[arg-type]
+        self.pristine = pristine
+
+    monkeypatch.setattr(_FairShareBase, "_move_to", keeps_everything)
+    seen = _watch(monkeypatch)
+    shipped_log("ai2-month", 1.0)
+    assert any(w.startswith("level") for w in seen.wrong)
+
+
+def test_a_moved_base_that_keeps_old_terms_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mutant that moves to a later instant without re-reading usage must show up as wrong sums."""
+
+    def stays(self: _FairShareBase, state: State, fs: int, moves: list[object]) -> None:
+        self.fs = fs
+
+    monkeypatch.setattr(_FairShareBase, "_move_to", stays)
+    seen = _watch(monkeypatch)
+    shipped_log("ai2-month", 0.5)
+    assert any(w.startswith("sums") for w in seen.wrong)
 
 
 def test_the_log_is_the_same_when_every_order_is_built_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
