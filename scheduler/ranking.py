@@ -357,16 +357,19 @@ def _before(a: str, b: str, use: dict[str, int], shares: dict[str, int]) -> bool
     element as tuples compare, without building them. Names are unique among
     siblings, so no two keys are equal and the sorted order is unique.
     """
-    sa = shares[a]
-    sb = shares[b]
+    return _precedes(a, shares[a], use[a], b, shares[b], use[b])
+
+
+def _precedes(a: str, sa: int, ua: int, b: str, sb: int, ub: int) -> bool:
+    """``_before`` of ``a`` (shares ``sa``, sum ``ua``) and ``b`` (``sb``, ``ub``)."""
     if sa <= 0 or sb <= 0:
         if sa > 0:
             return True
         if sb > 0:
             return False
         return a < b
-    ra = use[a] / sa
-    rb = use[b] / sb
+    ra = ua / sa
+    rb = ub / sb
     if ra != rb:
         return ra < rb
     if sa != sb:
@@ -407,12 +410,20 @@ def _resort(stale: _Stale, use: dict[str, int], shares: dict[str, int]) -> list[
         out = list(order)
         i = out.index(child)
         del out[i]
+        s = shares[child]
+        u = use[child]
         j = i
-        while j > 0 and _before(child, out[j - 1], use, shares):
+        while j > 0:
+            x = out[j - 1]
+            if not _precedes(child, s, u, x, shares[x], use[x]):
+                break
             j -= 1
         if j == i:
             n = len(out)
-            while j < n and _before(out[j], child, use, shares):
+            while j < n:
+                x = out[j]
+                if not _precedes(x, shares[x], use[x], child, s, u):
+                    break
                 j += 1
         out.insert(j, child)
         return out
@@ -430,7 +441,7 @@ def _resort(stale: _Stale, use: dict[str, int], shares: dict[str, int]) -> list[
 class _Shape:
     """What the order reads of one version of the tree, beyond ``Structure``: kept with it."""
 
-    __slots__ = ("splits", "structure", "under")
+    __slots__ = ("leafy", "splits", "structure", "under")
 
     def __init__(self, st: Structure) -> None:
         self.structure = st
@@ -443,6 +454,10 @@ class _Shape:
             for p in st.paths[leaf][:-1]:
                 under[p].append(leaf)
         self.under = under
+        # The inner nodes whose children are all leaves: a depth-first walk
+        # yields their children in their order, one after the other.
+        children = st.children
+        self.leafy = {p for p, kids in children.items() if not any(k in children for k in kids)}
 
 
 def _shape(state: State, st: Structure) -> _Shape:
@@ -490,8 +505,8 @@ class Ranking:
     cycle that commits nothing copies nothing; ``use`` is for reading only.
     """
 
-    __slots__ = ("_active", "_fair", "_first", "_paths", "_sorted", "_splits", "_stale", "_under",
-                 "children", "parent", "shares", "tree", "use", "version")
+    __slots__ = ("_active", "_fair", "_first", "_leafy", "_paths", "_sorted", "_splits", "_stale",
+                 "_under", "children", "parent", "shares", "tree", "use", "version")
 
     def __init__(self, state: State, committed: dict[str, int]) -> None:
         tree = state.budget
@@ -527,6 +542,7 @@ class Ranking:
         shape = _shape(state, st)
         self._splits = shape.splits
         self._under = shape.under
+        self._leafy = shape.leafy
         self.version = 0  # bumped by every in-cycle commitment
         # (leaf, commitment) -> victim leaf -> may_preempt: shared by every rule of
         # the cycle for the same candidate leaf and commitment until a commitment
@@ -563,10 +579,13 @@ class Ranking:
         if root is None:
             return
         children = self.children
+        leafy = self._leafy
         stack = [root]
         while stack:
             p = stack.pop()
-            if p in children:
+            if p in leafy:
+                yield from self.sorted_children(p)
+            elif p in children:
                 stack.extend(reversed(self.sorted_children(p)))
             else:
                 yield p
@@ -585,10 +604,15 @@ class Ranking:
         if root is None or not self._holds(root, wanted):
             return
         children = self.children
+        leafy = self._leafy
         stack = [root]
         while stack:
             p = stack.pop()
-            if p in children:
+            if p in leafy:
+                for c in self.sorted_children(p):
+                    if c in wanted:
+                        yield c
+            elif p in children:
                 order = self.sorted_children(p)
                 i = len(order)
                 while i > 0:

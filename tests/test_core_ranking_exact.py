@@ -41,6 +41,13 @@ def _plain_best(r: Ranking) -> str | None:
     return p
 
 
+def _plain_leaves(r: Ranking, node: str) -> list[str]:
+    """Every leaf under ``node`` depth first, each level freshly sorted."""
+    if node not in r.children:
+        return [node]
+    return [leaf for c in _plain(r, node) for leaf in _plain_leaves(r, c)]
+
+
 def _plain_may_preempt(r: Ranking, leaf: str, commitment: int, victim: str) -> bool:
     a, b = leaf.split("/"), victim.split("/")
     i = 0
@@ -86,6 +93,9 @@ def _random_tree(rnd: random.Random) -> tuple[list[tuple[str, int, tuple[str, ..
             leaf = f"lab/p{p}/q{q}"
             tree.append((leaf, rnd.randint(0, 4), ()))
             leaves.append(leaf)
+    if rnd.random() < 0.5:  # a leaf beside inner nodes: a level that is not all leaves
+        tree.append(("lab/solo", rnd.randint(0, 3), ()))
+        leaves.append("lab/solo")
     return tree, leaves
 
 
@@ -101,7 +111,7 @@ def _with_history(seed: int) -> tuple[Sim, list[str], random.Random]:
 
 @pytest.mark.parametrize("seed", range(40))
 def test_best_and_the_order_follow_admissions_exactly(seed: int) -> None:
-    """``best`` after any mix of activations, commitments and deactivations is the plain walk's."""
+    """``best`` and the walks, after any mix of activations, commitments and deactivations, are the plain ones."""
     s, leaves, rnd = _with_history(seed)
     state = s.state
     r = Ranking(state, commitments(state))
@@ -112,6 +122,11 @@ def test_best_and_the_order_follow_admissions_exactly(seed: int) -> None:
         steps += 1
         expected = _plain_best(r)
         assert r.best() == expected
+        if steps % 7 == 1:
+            plain = _plain_leaves(r, "lab")
+            assert r.leaf_order() == plain
+            wanted = set(rnd.sample(leaves, rnd.randint(0, len(leaves))))
+            assert list(r.iter_leaves_in(wanted)) == [leaf for leaf in plain if leaf in wanted]
         for p in r.children:
             assert r.sorted_children(p) == _plain(r, p)
         if expected is None:
