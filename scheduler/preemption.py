@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from projections.workloads import Workload
 from scheduler.placement import pack
-from scheduler.rules import span_of
+from scheduler.rules import Rule
 
 if TYPE_CHECKING:
     from scheduler.placement import Capacity
@@ -61,6 +61,7 @@ _ULOST_AT = _UGPUS_AT + _GPUS_BITS
 _AGPUS_AT = _ULOST_AT + _LOST_BITS
 _ALOST_AT = _AGPUS_AT + _GPUS_BITS
 _ONE_VICTIM = 1 << _COUNT_AT
+_ALLOCATED_LEAST = 1 << _AGPUS_AT  # no allocated victim costs less (it takes a GPU at least)
 
 
 def pack_cost(lost: int, gpus: int, allocated: bool, keep: int) -> int:
@@ -214,8 +215,9 @@ class Plan:
         self.cost = cost
 
 
-# Given a running workload, the preemption reason when the candidate may take it, else None.
-Eligibility = Callable[[Workload], str | None]
+# Given a running workload, the preemption reason when the candidate may take it, else None
+# (``Rule.reason``), and the most hosts of allocated work it may take (``Rule.span``).
+Eligibility = Rule
 
 # Serial numbers of built victim indexes (a memo key, never part of a decision).
 _SERIALS = count(1)
@@ -271,12 +273,12 @@ class VictimIndex:
         self._on_host: dict[str, list[Victim]] | None = None  # built on the first search
         self._light: list[Light] | None = None  # built with ``_on_host`` (see ``light``)
         self._base: VictimIndex | None = None
-        # Per host, the cost of its cheapest victim not gone, under ``_mins_costs`` (the
-        # cycle's cost model), once every one of them was costed: a lower bound on
-        # any plan there (see ``search``).
+        # Per host, at most the cost of its cheapest victim not gone, under
+        # ``_mins_costs`` (the cycle's cost model), once every one of them was asked
+        # for: a lower bound on any plan there (see ``_search_host``).
         self._mins: dict[str, int] = {}
         self._mins_costs: CostModel | None = None
-        # Per GPUs per host, the gang search's candidate hosts before reservations,
+        # Per GPUs per host, the searches' candidate hosts before reservations,
         # for ``_cands_of`` at its version (cleared when a victim goes).
         self._cands: dict[int, list[str]] = {}
         self._cands_of: Capacity | None = None
@@ -625,8 +627,8 @@ class VictimIndex:
         always for one host (a plan exists iff some allowed host's free GPUs and
         eligible victims cover the request, which the knapsack finds whatever
         it costs), and for a gang when it failed before any cost was asked
-        (too few candidate hosts, too few that eligible victims could ready, or
-        it fits without preemption). The cycle's failure memo needs that.
+        (too few hosts that eligible victims could ready, or it fits without
+        preemption). The cycle's failure memo needs that.
         """
         model = costs if costs is not None else flat_costs(0)
         self.exact_fail = False
@@ -670,7 +672,7 @@ class VictimIndex:
             for host in by_free[f]:
                 if host in on_host and not (barred and host in barred):
                     return False  # free GPUs alone cover it there
-        span = span_of(eligible)
+        span = eligible.span
         free_of = capacity.free
         bound = self.victim_gpus
         gone = self.gone
@@ -686,7 +688,7 @@ class VictimIndex:
             for v in victims:
                 if v.span <= span:
                     w = v.w
-                    if w.id not in gone and eligible(w) is not None:
+                    if w.id not in gone and eligible.reason(w) is not None:
                         have += _gpus_on(v, host)
                         asked.append(w.budget)
             if have >= deficit:
@@ -729,20 +731,28 @@ class VictimIndex:
                 cheapest = mins.get(host)
                 if cheapest is None:
                     # Ask the costs here in order until one is within the limit
-                    # (the asks are those of ``all(cost > limit)``).
+                    # (the asks are those of ``all(cost > limit)``). Below the
+                    # least cost of any allocated victim, an allocated victim's
+                    # cost is not needed, only the ask's lasting effect (the
+                    # plan found is returned, so only its keep value lasts).
                     low = NEVER_COST
                     for v in victims:
                         w = v.w
                         if w.id not in gone:
-                            c = costs.of(w)
-                            if c <= limit:
-                                break
+                            if limit < _ALLOCATED_LEAST and w.allocated:
+                                costs.ask(w.budget)
+                                c = _ALLOCATED_LEAST
+                            else:
+                                c = costs.of(w)
+                                if c <= limit:
+                                    break
                             if c < low:
                                 low = c
                     else:
                         # Every cost here was asked for (and is now fixed for the
-                        # cycle), so their minimum can be kept: later searches ask
-                        # nothing new here, exactly as the full walk would not.
+                        # cycle), so a lower bound of their minimum can be kept:
+                        # later searches ask nothing new here, as the full walk
+                        # would not, and skip the host when it exceeds their limit.
                         if keep_mins:
                             mins[host] = low
                         continue
@@ -752,7 +762,7 @@ class VictimIndex:
             for v in victims:
                 if v.w.id in gone:
                     continue
-                why = eligible(v.w)
+                why = eligible.reason(v.w)
                 if why is not None:
                     items.append((v, _gpus_on(v, host), costs.of(v.w), why))
             if not items:
@@ -789,11 +799,9 @@ class VictimIndex:
           (free GPUs, the bound, allowed) with free GPUs plus eligible victims
           covering the request (``_cover`` finds a cover iff the GPUs add up); a
           failing search costs every eligible victim on every host that passes;
-        - a gang, failed for too few candidate hosts (``seen``): those stay
-          candidates, and only hosts of the lineage can join them;
         - a gang, failed for too few hosts that eligible victims could ready
-          (``seen``, every candidate was counted): those stay ready, and only
-          hosts of the lineage can join them; neither failure asked any cost;
+          (``seen``, every host was counted): those stay ready, and only hosts
+          of the lineage can join them; that failure asked no cost;
         - a gang that fits without preemption: free GPUs alone decided it.
         """
         added = self.lineage.get(since)
@@ -819,7 +827,7 @@ class VictimIndex:
                     return None
                 have = 0
                 for v in on_host.get(host, ()):
-                    if v.w.id not in gone and eligible(v.w) is not None:
+                    if v.w.id not in gone and eligible.reason(v.w) is not None:
                         have += _gpus_on(v, host)
                         budgets.add(v.w.budget)
                 if have >= deficit:
@@ -831,19 +839,15 @@ class VictimIndex:
             if (h in joined or f is None or (f < per_host and per_host - f > bound.get(h, 0))
                     or (reserved and not capacity.allowed(h, ends_by, who))):
                 continue
-            if kind == "ready":
-                have = f
-                if have < per_host:
-                    for v in on_host.get(h, ()):
-                        if v.w.id not in gone and eligible(v.w) is not None:
-                            have += _gpus_on(v, h)
-                            if have >= per_host:
-                                break
-                if have < per_host:
-                    continue
-            elif kind != "candidates":
-                return None
-            joined.add(h)
+            have = f
+            if have < per_host:
+                for v in on_host.get(h, ()):
+                    if v.w.id not in gone and eligible.reason(v.w) is not None:
+                        have += _gpus_on(v, h)
+                        if have >= per_host:
+                            break
+            if have >= per_host:
+                joined.add(h)
         if len(joined) >= hosts:
             return None
         return (kind, frozenset(joined), set())
@@ -866,7 +870,7 @@ class VictimIndex:
                     ready.append(h)
         if len(ready) >= hosts:
             return ready
-        span = span_of(eligible)
+        span = eligible.span
         free = capacity.free
         bound = self.victim_gpus
         gone = self.gone
@@ -877,7 +881,7 @@ class VictimIndex:
             if have >= per_host or per_host - have > bound.get(h, 0) or (barred and h in barred):
                 continue  # (counted above; not even all its victims would do; or barred)
             for v in victims:
-                if v.span <= span and v.w.id not in gone and eligible(v.w) is not None:
+                if v.span <= span and v.w.id not in gone and eligible.reason(v.w) is not None:
                     have += _gpus_on(v, h)
                     if have >= per_host:
                         break
@@ -918,26 +922,21 @@ class VictimIndex:
         """The cheapest set of victims readying ``hosts`` hosts with ``per_host`` GPUs each.
 
         First the checks that fail most gang searches without a cost (too few
-        candidate hosts, too few that eligible victims could ready, or no need
-        to preempt), then the plan (``_plan_gang``).
+        hosts that eligible victims could ready, or no need to preempt), then
+        the plan (``_plan_gang``).
         """
-        # (``capacity.names`` is ``free``'s keys already sorted: the same list as
-        # sorting the hosts that pass, without a sort per search.)
-        candidates = self._candidates(capacity, per_host)
         barred = capacity.barred(ends_by, who) if capacity.reserved else None
-        if barred:
-            candidates = [h for h in candidates if h not in barred]
-        if len(candidates) < hosts:
-            self.exact_fail = True
-            self.fail_kind = "candidates"
-            self.fail_hosts = frozenset(candidates)
-            return None
         ready = self._ready(hosts, per_host, capacity, barred, eligible)
         if len(ready) < hosts:
             self.exact_fail = True
             self.fail_kind = "ready"
             self.fail_hosts = frozenset(ready)
             return None
+        # Candidates (at least the ready hosts, so enough), by name: ``capacity.names``
+        # is ``free``'s keys already sorted, the same list as sorting those that pass.
+        candidates = self._candidates(capacity, per_host)
+        if barred:
+            candidates = [h for h in candidates if h not in barred]
         free = capacity.free
         ready_free = [h for h in candidates if free[h] >= per_host]
         need = hosts - len(ready_free)
@@ -969,7 +968,7 @@ class VictimIndex:
             wid = v.w.id
             if wid in why:
                 return why[wid]
-            r = why[wid] = None if wid in gone else eligible(v.w)
+            r = why[wid] = None if wid in gone else eligible.reason(v.w)
             return r
 
         busy = [h for h in candidates if free[h] < per_host]

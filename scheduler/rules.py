@@ -41,7 +41,7 @@ takes any of them, a preemptible candidate only those of lower priority.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container
+from collections.abc import Container
 from typing import TYPE_CHECKING, NamedTuple
 
 from projections.workloads import Workload
@@ -54,22 +54,28 @@ PRIORITY = "priority"
 FAIR_SHARE = "fair_share"
 RESERVATION = "reservation"
 
-# Given a running workload, the preemption reason when the candidate may take it, else None.
-Rule = Callable[[Workload], str | None]
-
 # A rule's ``span`` when it may take allocated work spread over any number of hosts.
 ANY_SPAN = 1 << 30
 
-# A rule may say, as ``span``, that it never takes allocated work placed on more
-# hosts than that (whatever else holds): the victim search then skips such work
-# without asking the rule, where a failing search would only have heard None.
-# Rules without one are asked about every victim.
 
+class Rule:
+    """One candidate's rule: ``reason(v)``, the preemption reason when it may take ``v``, else None.
 
-def span_of(rule: Rule) -> int:
-    """The most hosts an allocated victim of ``rule`` may be placed on (``ANY_SPAN``: no limit)."""
-    span = getattr(rule, "span", ANY_SPAN)
-    return span if isinstance(span, int) else ANY_SPAN
+    ``span`` says that it never takes allocated work placed on more hosts than
+    that, whatever else holds (``ANY_SPAN``: no such limit): the victim search
+    skips such work without asking. Calling a rule asks ``reason``.
+    """
+
+    __slots__ = ("span",)
+
+    def __init__(self, span: int) -> None:
+        self.span = span
+
+    def reason(self, v: Workload) -> str | None:
+        raise NotImplementedError
+
+    def __call__(self, v: Workload) -> str | None:
+        return self.reason(v)
 
 
 def less_used(use_x: int, share_x: int, use_y: int, share_y: int, commitment: int) -> bool:
@@ -93,7 +99,7 @@ class Due(NamedTuple):
     since: int
 
 
-class BudgetRule:
+class BudgetRule(Rule):
     """The budget policy's rule for one candidate, in one cycle (see the module docstring).
 
     The fair-share answer depends only on the victim's leaf, so it is worked out
@@ -102,18 +108,18 @@ class BudgetRule:
     ``commitment`` is the candidate's own (GPUs x minimum runtime).
     """
 
-    __slots__ = ("_by_leaf", "budget", "commitment", "due", "hosts", "priority", "ranking", "span")
+    __slots__ = ("_by_leaf", "budget", "commitment", "due", "hosts", "priority", "ranking")
 
     def __init__(self, ranking: Ranking, candidate: Workload, due: Due | None = None) -> None:
+        # Without a due reservation, allocated work on more hosts than the
+        # candidate's is never taken (``reason``); a due one may take any.
+        super().__init__(candidate.hosts if due is None else ANY_SPAN)
         self.ranking = ranking
         self.budget = candidate.budget
         self.priority = candidate.priority
         self.hosts = candidate.hosts
         self.commitment = candidate.gpus * candidate.min_runtime_s
         self.due = due
-        # Without a due reservation, allocated work on more hosts than the
-        # candidate's is never taken (``__call__``); a due one may take any.
-        self.span = self.hosts if due is None else ANY_SPAN
         self._by_leaf: dict[str, bool] = ranking.fair_share_memo(self.budget, self.commitment)
 
     def fair_share(self, victim_leaf: str) -> bool:
@@ -124,7 +130,7 @@ class BudgetRule:
                 self.budget, self.commitment, victim_leaf)
         return ok
 
-    def __call__(self, v: Workload) -> str | None:
+    def reason(self, v: Workload) -> str | None:
         if not v.allocated:
             return RECLAIM_UNALLOCATED
         due = self.due
@@ -145,7 +151,7 @@ class BudgetRule:
         return RESERVATION if on_due else None
 
 
-class BaselineRule:
+class BaselineRule(Rule):
     """The old scheduler's rule for a candidate that runs opted out (``opt_out``) or not.
 
     Only preemptible jobs (those that did not opt out, ``allocated`` False on the
@@ -153,14 +159,14 @@ class BaselineRule:
     only those of strictly lower priority. The reason on the log is ``priority``.
     """
 
-    __slots__ = ("opt_out", "priority", "span")
+    __slots__ = ("opt_out", "priority")
 
     def __init__(self, opt_out: bool, priority: int) -> None:
+        super().__init__(0)  # no allocated (opted-out) job is ever a victim
         self.opt_out = opt_out
         self.priority = priority
-        self.span = 0  # no allocated (opted-out) job is ever a victim
 
-    def __call__(self, v: Workload) -> str | None:
+    def reason(self, v: Workload) -> str | None:
         if v.allocated:
             return None
         return PRIORITY if self.opt_out or v.priority < self.priority else None
