@@ -96,9 +96,13 @@ class UsageProjection:
         self._accrue(u, now)
         u.aged_n = u.aged = 0  # (accrual may have changed any bucket)
         u.rate += delta
-        # The usage at the memo's instant (not after ``now``) is what it was, so
-        # its entry stays; at a later instant it may differ.
+        # The usage at the memo's instant is what it was when that is not after
+        # ``now`` (what accrues from here on comes after it), so the entry stays
+        # (any legal read there gets that value); at a later instant it may
+        # differ. A memo read ahead of ``now`` forgets it.
         self._changing.add(leaf)
+        if self._cache_at > now:
+            self._cache.pop(leaf, None)
 
     def _value_at(self, u: LeafUsage, t: int) -> int:
         """Windowed usage at ``t``, for ``t`` not before the leaf's last accrual."""

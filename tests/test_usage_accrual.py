@@ -200,13 +200,15 @@ def test_usage_of_memo_carried_to_later_instants_never_changes_an_answer(
     After each rate change the same leaves are read at the boundary and then
     at a row of later instants, so idle leaves' entries are carried across
     instants, across the window's moves (a bucket leaving it) and across
-    leaves that start or stop in between; ``lab/d`` never runs at all.
+    leaves that start or stop in between; ``lab/d`` never runs at all. An
+    instant read ahead of the change is read again first when still legal.
     """
     window = 3 * bucket_s
     memo = UsageProjection(window, bucket_s, period_s)
     leaves = ["lab/a", "lab/b", "lab/c", "lab/d"]
     changes: list[tuple[str, int, int]] = []
     now = t0
+    last = now
     for leaf, delta, gap, later in steps:
         now += gap
         memo.change_rate(leaf, delta, now)
@@ -214,13 +216,25 @@ def test_usage_of_memo_carried_to_later_instants_never_changes_an_answer(
         fresh = UsageProjection(window, bucket_s, period_s)
         for name, d, t in changes:
             fresh.change_rate(name, d, t)
-        instants = [now - now % period_s]
+        instants = [last] if last >= now else []
+        instants.append(now - now % period_s)
         t = now
         for step in sorted(later):
             t += step
             instants.append(t)
         for at in instants:
             assert memo.usage_of(leaves, at) == fresh.usage_of(leaves, at)
+        last = instants[-1]
+
+
+def test_a_read_ahead_of_a_rate_change_is_read_again() -> None:
+    """usage_of asked at an instant after the next rate change answers for that change there."""
+    usage = UsageProjection(2 * HOUR, 600, 300)
+    leaves = ["lab/a"]
+    usage.change_rate("lab/a", 2, 0)
+    assert usage.usage_of(leaves, 1200) == {"lab/a": 2400}
+    usage.change_rate("lab/a", 2, 600)
+    assert usage.usage_of(leaves, 1200) == {"lab/a": 2 * 600 + 4 * 600}
 
 
 class CountingUsage(UsageProjection):
