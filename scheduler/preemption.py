@@ -445,7 +445,7 @@ class VictimIndex:
     def _moved_on_host(self, gone: set[str], came: list[Workload],
                        placed: dict[str, tuple[tuple[str, int], ...]]
                        ) -> tuple[dict[str, list[Victim]], list[Light]]:
-        """This index's per-host victim lists and ``light`` with ``gone`` taken out and ``came`` put in."""
+        """This index's per-host lists and ``light``, ``gone`` taken out and ``came`` put in."""
         assert self._on_host is not None and self._light is not None
         on_host = dict(self._on_host)
         changed: dict[str, list[Victim]] = {}
@@ -558,7 +558,7 @@ class VictimIndex:
             for victims in on_host.values():
                 victims.sort(key=_order)
             self._on_host = on_host
-            self._light = sorted((_least(victims), host, victims) for host, victims in on_host.items())
+            self._light = sorted((_least(vs), host, vs) for host, vs in on_host.items())
             if self._base is not None:
                 self._base._on_host = on_host
                 self._base._light = self._light
@@ -676,19 +676,23 @@ class VictimIndex:
         free_of = capacity.free
         bound = self.victim_gpus
         gone = self.gone
+        # (Mostly neither: then no set lookup per host or victim.)
+        anyone_gone = bool(gone)
+        any_barred = barred is not None and bool(barred)
         asked: list[str] = []
         for least, host, victims in self.light:
             if least > span:
                 break  # nothing here or further on is the rule's to take
             deficit = per_host - free_of[host]
             # (Covered by free GPUs (above), barred, or not a candidate (``_candidates``' test).)
-            if deficit <= 0 or deficit > bound.get(host, 0) or (barred and host in barred):
+            if (deficit <= 0 or deficit > bound.get(host, 0)
+                    or (any_barred and barred is not None and host in barred)):
                 continue
             have = 0
             for v in victims:
                 if v.span <= span:
                     w = v.w
-                    if w.id not in gone and eligible.reason(w) is not None:
+                    if not (anyone_gone and w.id in gone) and eligible.reason(w) is not None:
                         have += _gpus_on(v, host)
                         asked.append(w.budget)
             if have >= deficit:
@@ -874,14 +878,19 @@ class VictimIndex:
         free = capacity.free
         bound = self.victim_gpus
         gone = self.gone
+        # (Mostly neither: then no set lookup per host or victim.)
+        anyone_gone = bool(gone)
+        any_barred = barred is not None and bool(barred)
         for least, h, victims in self.light:
             if least > span:
                 break  # nothing here or further on is the rule's to take
             have = free[h]
-            if have >= per_host or per_host - have > bound.get(h, 0) or (barred and h in barred):
+            if (have >= per_host or per_host - have > bound.get(h, 0)
+                    or (any_barred and barred is not None and h in barred)):
                 continue  # (counted above; not even all its victims would do; or barred)
             for v in victims:
-                if v.span <= span and v.w.id not in gone and eligible.reason(v.w) is not None:
+                if (v.span <= span and not (anyone_gone and v.w.id in gone)
+                        and eligible.reason(v.w) is not None):
                     have += _gpus_on(v, h)
                     if have >= per_host:
                         break

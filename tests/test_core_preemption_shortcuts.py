@@ -66,7 +66,8 @@ def _spanned(monkeypatch: pytest.MonkeyPatch, span: int) -> None:
 
     def respanned(self: VictimIndex, hosts: int, per_host: int, ends_by: int, capacity: Capacity,
                   eligible: Rule, who: str = "", costs: CostModel | None = None) -> Plan | None:
-        return search(self, hosts, per_host, ends_by, capacity, _Spanned(eligible, span), who, costs)
+        spanned = _Spanned(eligible, span)
+        return search(self, hosts, per_host, ends_by, capacity, spanned, who, costs)
 
     monkeypatch.setattr(VictimIndex, "search", respanned)
 
@@ -187,7 +188,8 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> Seen:
             probe = _copy(costs)
             for host, low in self._mins.items():
                 seen.mins_checked += 1
-                costs_here = [probe.of(v.w) for v in self.on_host.get(host, ()) if v.w.id not in self.gone]
+                costs_here = [probe.of(v.w) for v in self.on_host.get(host, ())
+                              if v.w.id not in self.gone]
                 if low > min(costs_here, default=preemption.NEVER_COST):
                     seen.wrong.append(f"{where}: kept minimum of {host} too high")
         return plan
@@ -235,7 +237,8 @@ def test_the_log_is_the_same_when_every_victim_is_offered_to_the_rule(
 
 @pytest.mark.parametrize("allocated", [True, False])
 def test_a_victims_packed_cost_has_its_fields_in_place(allocated: bool) -> None:
-    for lost, gpus, keep in [(0, 1, 0), (7, 8, (1 << 20) - 1), ((1 << 63) + 5, (1 << 31) + 3, 12345)]:
+    cases = [(0, 1, 0), (7, 8, (1 << 20) - 1), ((1 << 63) + 5, (1 << 31) + 3, 12345)]
+    for lost, gpus, keep in cases:
         fields = preemption.unpack_cost(preemption.pack_cost(lost, gpus, allocated, keep))
         kind = (lost, gpus, 0, 0) if allocated else (0, 0, lost, gpus)
         assert fields == (*kind, 1, keep)
