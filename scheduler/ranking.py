@@ -118,12 +118,13 @@ def _restale(pristine: dict[str, list[str]], stale: dict[str, _Stale],
 
     A sorted level with a moved child becomes stale with that child (or ""),
     a stale level keeps its child only when that is the one that moved again.
+    A level of one child stays sorted, whatever its sum.
     """
     kept: dict[str, list[str]] = {}
     out = dict(stale)
     for p, order in pristine.items():
         c = moved.get(p)
-        if c is None:
+        if c is None or len(order) == 1:
             kept[p] = order
         else:
             out[p] = (order, c)
@@ -263,12 +264,10 @@ class _FairShareBase:
             else:
                 _add_part(parts, m.id, m.budget, m.gpus, m.allocated, m.protected_until,
                           m.started_at, fs)
-        for wid in [wid for wid, part in parts.items() if _term(part, fs) <= 0]:
-            del parts[wid]
+        committed = _committed(parts, fs)
         usage = state.usage
         st = state.budget.structure()
         changes = usage.usage_changes(st.leaves, fs) if usage.epoch == self.usage_epoch else None
-        committed = _committed(parts, fs)
         old = self.use
         moved: dict[str, str] = {}
         if changes is None:
@@ -329,13 +328,21 @@ def _add_part(parts: dict[str, _Part], wid: str, leaf: str, gpus: int, allocated
 
 
 def _committed(parts: dict[str, _Part], fs: int) -> dict[str, int]:
-    """Per leaf, the sum of its parts' terms at ``fs`` (only leaves with a positive sum)."""
+    """Per leaf, the sum of its parts' terms at ``fs`` (only leaves with a positive sum).
+
+    Drops the parts whose term is 0 at ``fs``: it stays 0 at every later instant.
+    """
     committed: dict[str, int] = {}
-    for part in parts.values():
+    gone: list[str] = []
+    for wid, part in parts.items():
         c = _term(part, fs)
         if c:
             leaf = part[0]
             committed[leaf] = committed.get(leaf, 0) + c
+        else:
+            gone.append(wid)
+    for wid in gone:
+        del parts[wid]
     return committed
 
 
@@ -668,9 +675,14 @@ class Ranking:
         if p is None or not active.get(p, 0):
             return None
         children = self.children
+        sorted_ = self._sorted  # (no commitment while this walks)
         first = self._first
-        while p in children:
-            order = self.sorted_children(p)
+        while True:
+            order = sorted_.get(p)
+            if order is None:
+                if p not in children:
+                    return p
+                order = self.sorted_children(p)
             start = first.get(p, 0)
             i = start
             n = len(order)
@@ -681,7 +693,6 @@ class Ranking:
             if i != start:
                 first[p] = i
             p = order[i]
-        return p
 
     def commit(self, leaf: str, gpu_seconds: int) -> None:
         """An admission in this cycle: charge its commitment up the path and re-sort."""
@@ -703,10 +714,12 @@ class Ranking:
             use[p] = v + gpu_seconds
             parent = self.parent.get(p)
             if parent is not None:
-                order = sorted_.pop(parent, None)
+                order = sorted_.get(parent)
                 if order is not None:
-                    stale[parent] = (order, p)
-                    first.pop(parent, None)
+                    if len(order) > 1:  # (one child's order cannot change)
+                        del sorted_[parent]
+                        stale[parent] = (order, p)
+                        first.pop(parent, None)
                 else:
                     entry = stale.get(parent)
                     if entry is not None and entry[1] != p:
