@@ -453,7 +453,7 @@ class _Shape:
     def __init__(self, st: Structure) -> None:
         self.structure = st
         # Per leaf and victim leaf, where their paths part (``may_preempt``),
-        # filled as asked.
+        # filled as asked: at most one entry per pair of leaves asked about.
         self.splits: dict[str, dict[str, _Split]] = {}
         # Per inner node, the leaves below it (``iter_leaves_in``).
         under: dict[str, list[str]] = {p: [] for p in st.children}
@@ -483,6 +483,7 @@ _Split = tuple[str, int, str, int]
 
 
 def _split(a: list[str], b: list[str], shares: dict[str, int]) -> _Split:
+    """Where the paths ``a`` and ``b`` (root first) part, with the shares there."""
     i = 0
     n = min(len(a), len(b))
     while i < n and a[i] == b[i]:
