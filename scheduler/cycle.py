@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from bisect import insort
 from functools import cmp_to_key
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
@@ -101,9 +101,31 @@ def drain(state: State, cause: str) -> list[Event]:
 
 Shape = tuple[int, int]
 
+# Up to this many children with victims, ``Cycle._siblings`` sorts them by insertion.
+_INSERTION_SORT: Final = 16
+
+# ``Cycle._siblings``'s entry for one parent: (usage, share) ascending by usage
+# per share, suffix sums of victim GPUs, GPUs of children with no share.
+_Sums = tuple[list[tuple[int, int]], list[int], int]
+
+
+class _CarriedSums:
+    """Sibling sums carried across cycles (``State.memo["siblings"]``), with the objects they read."""
+
+    __slots__ = ("by_node", "children", "shares", "sums", "use")
+
+    def __init__(self, use: dict[str, int], by_node: dict[str, int], children: dict[str, list[str]],
+                 shares: dict[str, int], sums: dict[str, _Sums]) -> None:
+        self.use = use
+        self.by_node = by_node
+        self.children = children
+        self.shares = shares
+        self.sums = sums
+
 
 class Cycle:
-    """The working set of one cycle. Nothing here outlives ``run()``."""
+    """The working set of one cycle. Nothing here outlives ``run()`` (what is carried across
+    cycles lives in ``State.memo``)."""
 
     def __init__(self, state: State, cause: str, trace: dict[str, Outcome] | None,
                  only: str | None = None) -> None:
@@ -122,9 +144,14 @@ class Cycle:
         self.failed: dict[str, list[tuple[int, int, int]]] = {}
         self.to_reserve: list[Workload] = []  # noted for a reservation, not yet worked out
         self._reach: dict[tuple[str, int, int, int], int] = {}  # could_start's per-leaf bound
-        # _freeable's sibling sums per parent, at (ranking version, victims left).
-        self._sibling_sums: dict[str, tuple[list[tuple[int, int]], list[int], int]] = {}
+        # _freeable's sibling sums per parent, valid at (ranking version, victims
+        # left) ``_siblings_at``; a commitment or a victim gone drops only the
+        # parents it changes (``_sums_moved``). While ``_sums_shared``, the dict is
+        # the state memo's, carried across cycles (see ``_siblings``): copied
+        # before anything is dropped from it.
+        self._sibling_sums: dict[str, _Sums] = {}
         self._siblings_at: tuple[int, int] = (-1, -1)
+        self._sums_shared = False
         self._fits: dict[Shape, bool] = {}  # could_start: fits free GPUs, at capacity version ...
         self._fits_at = -1  # ... this one
         self._failures: dict[tuple[object, ...], object] | None = None  # see failures()
@@ -193,7 +220,7 @@ class Cycle:
                                  budgeted=False)
             self.book.release(w)
             if started:
-                self.ranking.commit(w.budget, w.gpus * w.min_runtime_s)
+                self._commit(w.budget, w.gpus * w.min_runtime_s)
 
     # ------------------------------------------------------------------ step 5
 
@@ -268,7 +295,7 @@ class Cycle:
                     insort(heads, (queue[i][0], shape, i, queue[i][1]))
             if started is not None:
                 # Its commitment moves this allocation down the order.
-                ranking.commit(leaf, started.gpus * started.min_runtime_s)
+                self._commit(leaf, started.gpus * started.min_runtime_s)
             else:
                 ranking.deactivate(leaf)
             if self.exhausted():
@@ -306,7 +333,7 @@ class Cycle:
                     self.start(w, hosts)
                     starts.append(w)
         for w in starts:
-            self.ranking.commit(w.budget, w.gpus * w.min_runtime_s)
+            self._commit(w.budget, w.gpus * w.min_runtime_s)
 
     def could_start(self, leaf: str, shape: Shape) -> bool:
         """Might a workload of ``shape`` in ``leaf`` start now (fit, preempt, or be noted for a reservation)?
@@ -608,21 +635,39 @@ class Cycle:
             have += zero + gpus[lo]
         return have
 
-    def _siblings(self, idx: VictimIndex, parent: str) -> tuple[list[tuple[int, int]], list[int], int]:
+    def _siblings(self, idx: VictimIndex, parent: str) -> _Sums:
         """``parent``'s children holding allocated victims, for ``_freeable``.
 
         (usage, share) of those with a share, ascending by usage per share; per
         position, the victims' GPUs from there to the end; and the GPUs of those
-        with no share (every candidate may take those). What a sibling sum reads,
-        the order's usage and the victim counts, changes only with a commitment
-        (``Ranking.version``) or a victim gone (``VictimIndex.size``): the lists
-        are kept until either moves. Sums of the same integers: the loop over
-        the children they replace gives the same totals.
+        with no share (every candidate may take those). Sums of the same
+        integers: the loop over the children they replace gives the same totals.
+
+        An entry reads only ``r.children[parent]``, ``r.shares`` and, for those
+        children, ``r.use`` and ``idx.by_node``, so it stays exact while those do:
+
+        - In a cycle, usage moves only by a commitment (``Ranking.commit``, which
+          bumps ``Ranking.version``), on the committed leaf and its ancestors;
+          victim counts move only by a victim gone (``VictimIndex.discard``,
+          which lowers ``VictimIndex.size``), on the allocated victim's budget
+          path. Both go through ``_commit`` and ``stop``, which drop the entries
+          of those nodes' parents (``_sums_moved``): every other parent's
+          children read the same integers as before. A change that did not
+          (``_siblings_at`` is not the version and size they left) drops them all.
+        - Across cycles: before its first commitment a cycle's ``r.use`` is a
+          dict never changed in place (the fair-share base's, or a fresh sum:
+          ``Ranking.commit`` copies before charging), and before its first victim
+          gone so is ``idx.by_node`` (the memoised index's, shared by its forks
+          until one discards: ``VictimIndex.fork``); ``r.children`` and
+          ``r.shares`` are the tree structure's. The state memo keeps the entries
+          built at those four objects, holding them (so ``is`` cannot meet a
+          new object at a freed one's address): a later cycle at the same four
+          objects reads the same integers, and takes the entries over.
         """
         r = self.ranking
         at = (r.version, idx.size)
         if self._siblings_at != at:
-            self._sibling_sums = {}
+            self._sibling_sums = self._carried_sums(r, idx)
             self._siblings_at = at
         found = self._sibling_sums.get(parent)
         if found is None:
@@ -639,12 +684,85 @@ class Cycle:
                     zero += g
                 else:
                     ranked.append((use[y], sy, g))
-            ranked.sort(key=cmp_to_key(_by_use_per_share))
+            # Most parents hold victims under a few children: an insertion sort
+            # in native integer arithmetic for those, no sort call. It moves an
+            # entry only past ones strictly after it, so ties keep the children's
+            # order, as the stable sort does: the same list.
+            n = len(ranked)
+            if n <= _INSERTION_SORT:
+                for j in range(1, n):
+                    item = ranked[j]
+                    ui, si = item[0], item[1]
+                    i = j
+                    while i > 0:
+                        before = ranked[i - 1]
+                        if before[0] * si <= ui * before[1]:
+                            break
+                        ranked[i] = before
+                        i -= 1
+                    ranked[i] = item
+            else:
+                ranked.sort(key=cmp_to_key(_by_use_per_share))
             gpus = [0] * (len(ranked) + 1)
             for j in range(len(ranked) - 1, -1, -1):
                 gpus[j] = gpus[j + 1] + ranked[j][2]
             found = self._sibling_sums[parent] = ([(u, s) for u, s, _ in ranked], gpus, zero)
         return found
+
+    def _carried_sums(self, r: Ranking, idx: VictimIndex) -> dict[str, _Sums]:
+        """The sibling sums to start from at ``r``'s usage and ``idx``'s counts (see ``_siblings``).
+
+        The state memo's entries when this cycle has committed nothing and lost no
+        victim yet and they were built at the same usage, victim counts and tree
+        objects; else none.
+        """
+        if r.version or self.gone:  # (this cycle's own copies: changed in place)
+            self._sums_shared = False
+            return {}
+        use, by_node, children, shares = r.use, idx.by_node, r.children, r.shares
+        cached = self.state.memo.get("siblings")
+        if isinstance(cached, _CarriedSums) and cached.use is use and cached.by_node is by_node \
+                and cached.children is children and cached.shares is shares:
+            sums = cached.sums
+        else:
+            sums = {}
+            self.state.memo["siblings"] = _CarriedSums(use, by_node, children, shares, sums)
+        self._sums_shared = True
+        return sums
+
+    def _commit(self, leaf: str, gpu_seconds: int) -> None:
+        """``ranking.commit``, keeping the sibling sums of the parents it leaves alone."""
+        r = self.ranking
+        was = r.version
+        r.commit(leaf, gpu_seconds)
+        if r.version != was and self._victims is not None:
+            # ``commit`` charged ``leaf`` and every ancestor (up ``r.parent``).
+            moved: list[str] = []
+            p: str | None = leaf
+            while p is not None:
+                moved.append(p)
+                p = r.parent.get(p)
+            self._sums_moved(moved, (was, self._victims.size))
+
+    def _sums_moved(self, nodes: list[str], was: tuple[int, int]) -> None:
+        """Drop the sibling sums of the parents of ``nodes`` (whose usage or victim GPUs moved).
+
+        ``was``: (ranking version, victims left) before the move; sums not valid
+        there are stale anyway and dropped whole at the next read.
+        """
+        if self._siblings_at != was:
+            return
+        sums = self._sibling_sums
+        if self._sums_shared:  # the memo's keep the entries of the objects they were built at
+            sums = self._sibling_sums = dict(sums)
+            self._sums_shared = False
+        parent = self.ranking.parent
+        for node in nodes:
+            p = parent.get(node)
+            if p is not None:
+                sums.pop(p, None)
+        assert self._victims is not None
+        self._siblings_at = (self.ranking.version, self._victims.size)
 
     # ------------------------------------------------------------------ step 6
 
@@ -847,8 +965,14 @@ class Cycle:
                                        hosts=tuple(hosts), victims=victims)
 
     def stop(self, w: Workload, reason: str, by: str | None) -> None:
-        if self._victims is not None and w.id not in self.gone:
-            self._victims.discard(w)
+        idx = self._victims
+        if idx is not None and w.id not in self.gone:
+            left = idx.size
+            idx.discard(w)
+            if idx.size != left and w.allocated and self._ranking is not None:
+                # ``discard`` took its GPUs off every node of its budget path (an
+                # unallocated victim's off ``unallocated_gpus`` only).
+                self._sums_moved(list(idx.paths.get(w.budget, ())), (self._ranking.version, left))
         self.gone.add(w.id)
         for h, g in w.placement:
             self.capacity.give(h, g)
