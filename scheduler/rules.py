@@ -143,9 +143,11 @@ class BudgetRule(Rule):
         leaf = v.budget
         if leaf == self.budget:
             return PRIORITY if v.priority < self.priority else None
-        ok = self._by_leaf.get(leaf)  # (``fair_share``, inlined: this runs per victim)
+        # ``fair_share``, inlined (this runs per victim): on a miss, straight to
+        # the comparison, not through a second lookup of the same key.
+        ok = self._by_leaf.get(leaf)
         if ok is None:
-            ok = self.fair_share(leaf)
+            ok = self._by_leaf[leaf] = self.ranking.may_preempt(self.budget, self.commitment, leaf)
         if ok:
             return FAIR_SHARE
         return RESERVATION if on_due else None
