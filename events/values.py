@@ -94,7 +94,9 @@ def _difference(event: Event, back: Event) -> str:
 #   the one ``Meta(max_length=hi)`` checks.
 # - INT: exactly ``int`` (not bool, not a subclass), ``lo <= v <= hi`` where
 #   [lo, hi] is the field's ``ge``/``le`` within int64: written as digits,
-#   read back as the same int, inside the decoder's bounds.
+#   read back as the same int, inside the decoder's bounds. (lo and hi are
+#   also kept within +-2**62, the small ints of compiled code, so the test is
+#   two machine comparisons; a larger int64 takes the round trip instead.)
 # - BOOL: exactly ``bool``: ``true``/``false``, read back as itself.
 # - LITERAL: exactly ``str`` and one of the field's (all-``str``, ASCII) values.
 # - ``nullable``: the field's type is ``X | None``; ``None`` is ``null``.
@@ -123,6 +125,8 @@ FieldCheck = tuple[int, bool, int, int, tuple[str, ...]]
 version_of_class: dict[type, int] = _VERSION_OF_CLASS
 
 _INT_DIGITS = 20  # "-9223372036854775808"
+# The ints mypyc holds unboxed (63-bit tagged): comparing two of them is one instruction.
+_SMALL_MIN, _SMALL_MAX = -(2**62), 2**62 - 1
 _ESCAPED = 6  # the longest escape of an ASCII character
 
 
@@ -141,8 +145,8 @@ def _field_check(t: msgspec.inspect.Type) -> tuple[FieldCheck, int] | None:
     if isinstance(t, msgspec.inspect.IntType):
         if t.gt is not None or t.lt is not None or t.multiple_of is not None:
             return None
-        lo = INT64_MIN if t.ge is None else max(t.ge, INT64_MIN)
-        hi = INT64_MAX if t.le is None else min(t.le, INT64_MAX)
+        lo = max(_SMALL_MIN, INT64_MIN if t.ge is None else t.ge)
+        hi = min(_SMALL_MAX, INT64_MAX if t.le is None else t.le)
         return (INT, nullable, lo, hi, ()), _INT_DIGITS
     if isinstance(t, msgspec.inspect.BoolType):
         return (BOOL, nullable, 0, 0, ()), 5

@@ -46,6 +46,13 @@ _STR: Final = _STR_KIND
 _INT: Final = _INT_KIND
 _BOOL: Final = _BOOL_KIND
 _LITERAL: Final = _LITERAL_KIND
+# Likewise the objects read per input (the same objects: the version table is
+# updated in place by a version bump), and the decision types as a set: a
+# type hashes and compares by identity, so membership is the tuple's.
+_FLAT_CHECKS: Final = FLAT_CHECKS
+_VERSION_OF_CLASS: Final = version_of_class
+_ASTUPLE: Final = astuple
+_DECISIONS: Final = frozenset(DECISION_TYPES)
 
 
 class Refusal:
@@ -80,7 +87,7 @@ def valid_cluster_id(cluster: object) -> bool:
 def refusal(cluster: str, e: Event) -> tuple[str, str] | None:
     """Why input ``e`` may not enter ``cluster``'s journal, or None when it may."""
     kind = type(e)
-    if kind in DECISION_TYPES:
+    if kind in _DECISIONS:
         return (Refusal.NOT_AN_INPUT,
                 f"{tag_of(kind)} is decided by the scheduler and cannot be published as input")
     if e.cause is not None:
@@ -113,9 +120,9 @@ def _value_problem(e: Event) -> str | None:
     would answer None (``events.values.FLAT_CHECKS`` says why) at a fraction of
     the cost of the JSON round trip; any other event gets ``problem``'s answer.
     """
-    checks = FLAT_CHECKS.get(type(e))
-    if checks is not None and _holds(astuple(e), checks) \
-            and e.v == version_of_class[type(e)]:  # after _holds: v is an int now
+    checks = _FLAT_CHECKS.get(type(e))
+    if checks is not None and _holds(_ASTUPLE(e), checks) \
+            and e.v == _VERSION_OF_CLASS[type(e)]:  # after _holds: v is an int now
         return None
     return problem(e)
 

@@ -21,12 +21,12 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 from msgspec import inspect as mi
 
-from events import ClockTicked, decode, encode
+from events import DECISION_TYPES, ClockTicked, decode, encode
 from events.codec import CURRENT_VERSION
 from events.limits import INT64_MAX, INT64_MIN, MAX_RECORD_BYTES, MAX_STRING_CHARS
 from events.union import TAGS
 from events.values import FLAT_CHECKS, problem
-from scheduler.admission import _value_problem
+from scheduler.admission import Refusal, _value_problem, refusal
 
 
 class _Str(str):
@@ -48,6 +48,7 @@ def _deep(n: int) -> Any:
 _HOSTILE: list[Any] = [
     None, True, False, 0, 1, -1, 2, 64, 65, 10**9, 10**9 + 1,
     2**32, 2**32 + 1, 2**40, 2**40 + 1, INT64_MAX, INT64_MAX + 1, INT64_MIN, INT64_MIN - 1,
+    2**62 - 1, 2**62, -(2**62), -(2**62) - 1,
     10**30, 1.0, 0.5, float("nan"), float("inf"), float("-inf"),
     "", "x", "succeeded", "failed", "other", "training",
     "a" * MAX_STRING_CHARS, "a" * (MAX_STRING_CHARS + 1),
@@ -139,3 +140,15 @@ def test_a_version_bump_is_seen() -> None:
     finally:
         CURRENT_VERSION["clock.ticked"] = 1
     assert _agree(event)
+
+
+@pytest.mark.parametrize("cls", sorted(TAGS.values(), key=lambda c: c.__name__),
+                         ids=lambda c: c.__name__)
+def test_only_decision_types_are_not_inputs(cls: type) -> None:
+    """``refusal`` looks the type up in a set of the decision types: the tuple's answer."""
+    event = msgspec.structs.replace(_valid(cls), cause=None, cluster="c")
+    found = refusal("c", event)
+    if cls in DECISION_TYPES:
+        assert found is not None and found[0] == Refusal.NOT_AN_INPUT
+    else:
+        assert found is None or found[0] != Refusal.NOT_AN_INPUT
