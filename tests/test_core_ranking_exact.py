@@ -48,14 +48,22 @@ def _plain_leaves(r: Ranking, node: str) -> list[str]:
     return [leaf for c in _plain(r, node) for leaf in _plain_leaves(r, c)]
 
 
-def _plain_may_preempt(r: Ranking, leaf: str, commitment: int, victim: str) -> bool:
+def _parting(leaf: str, victim: str) -> tuple[str, str] | None:
+    """The siblings where the two paths part (the nodes compared), or None when one holds the other."""
     a, b = leaf.split("/"), victim.split("/")
     i = 0
     while i < min(len(a), len(b)) and a[i] == b[i]:
         i += 1
     if i == min(len(a), len(b)):
+        return None
+    return "/".join(a[: i + 1]), "/".join(b[: i + 1])
+
+
+def _plain_may_preempt(r: Ranking, leaf: str, commitment: int, victim: str) -> bool:
+    parting = _parting(leaf, victim)
+    if parting is None:
         return False
-    x, y = "/".join(a[: i + 1]), "/".join(b[: i + 1])
+    x, y = parting
     return less_used(r.use[x], r.shares[x], r.use[y], r.shares[y], commitment)
 
 

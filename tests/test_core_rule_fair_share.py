@@ -10,7 +10,7 @@ in random orders so that either path fills the memo first.
 from __future__ import annotations
 
 import pytest
-from test_core_ranking_exact import _plain_may_preempt, _with_history
+from test_core_ranking_exact import _parting, _plain_may_preempt, _with_history
 
 from projections.workloads import Workload
 from scheduler.ranking import Ranking, commitments
@@ -25,13 +25,10 @@ def _workload(leaf: str, gpus: int, min_runtime_s: int) -> Workload:
 
 def _threshold(r: Ranking, a: str, b: str) -> int | None:
     """The least commitment with which ``a`` may not take ``b``'s work, when shares decide it."""
-    pa, pb = a.split("/"), b.split("/")
-    i = 0
-    while i < min(len(pa), len(pb)) and pa[i] == pb[i]:
-        i += 1
-    if i == min(len(pa), len(pb)):
+    parting = _parting(a, b)
+    if parting is None:
         return None
-    x, y = "/".join(pa[: i + 1]), "/".join(pb[: i + 1])
+    x, y = parting
     sx, sy = r.shares[x], r.shares[y]
     if sx <= 0 or sy <= 0:
         return None
