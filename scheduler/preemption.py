@@ -639,7 +639,8 @@ class VictimIndex:
         if costs is None or costs is not self._mins_costs:
             self._mins = {}
             self._mins_costs = costs
-        barred = capacity.barred(ends_by, who) if capacity.reserved else None
+        # (None when no host is barred: mostly so, and then no lookup per host.)
+        barred = (capacity.barred(ends_by, who) or None) if capacity.reserved else None
         if self._covered_nowhere(per_host, capacity, barred, eligible, costs):
             self.exact_fail = True
             self.fail_kind = "host"
@@ -676,9 +677,7 @@ class VictimIndex:
         free_of = capacity.free
         bound = self.victim_gpus
         gone = self.gone
-        # (Mostly neither: then no set lookup per host or victim.)
-        anyone_gone = bool(gone)
-        any_barred = barred is not None and bool(barred)
+        anyone_gone = bool(gone)  # (mostly not: then no set lookup per victim)
         asked: list[str] = []
         for least, host, victims in self.light:
             if least > span:
@@ -686,7 +685,7 @@ class VictimIndex:
             deficit = per_host - free_of[host]
             # (Covered by free GPUs (above), barred, or not a candidate (``_candidates``' test).)
             if (deficit <= 0 or deficit > bound.get(host, 0)
-                    or (any_barred and barred is not None and host in barred)):
+                    or (barred is not None and host in barred)):
                 continue
             have = 0
             for v in victims:
@@ -878,15 +877,13 @@ class VictimIndex:
         free = capacity.free
         bound = self.victim_gpus
         gone = self.gone
-        # (Mostly neither: then no set lookup per host or victim.)
-        anyone_gone = bool(gone)
-        any_barred = barred is not None and bool(barred)
+        anyone_gone = bool(gone)  # (mostly not: then no set lookup per victim)
         for least, h, victims in self.light:
             if least > span:
                 break  # nothing here or further on is the rule's to take
             have = free[h]
             if (have >= per_host or per_host - have > bound.get(h, 0)
-                    or (any_barred and barred is not None and h in barred)):
+                    or (barred is not None and h in barred)):
                 continue  # (counted above; not even all its victims would do; or barred)
             for v in victims:
                 if (v.span <= span and not (anyone_gone and v.w.id in gone)
@@ -934,7 +931,8 @@ class VictimIndex:
         hosts that eligible victims could ready, or no need to preempt), then
         the plan (``_plan_gang``).
         """
-        barred = capacity.barred(ends_by, who) if capacity.reserved else None
+        # (None when no host is barred: mostly so, and then no lookup per host.)
+        barred = (capacity.barred(ends_by, who) or None) if capacity.reserved else None
         ready = self._ready(hosts, per_host, capacity, barred, eligible)
         if len(ready) < hosts:
             self.exact_fail = True

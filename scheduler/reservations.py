@@ -251,14 +251,12 @@ def ready_times(w: Workload, capacity: Capacity, frees: Frees, rule: BudgetRule,
             continue
         got = free
         for t, g, wid, other in here:
-            # (``__call__`` spelled out: compiled, that is a direct call, where
-            # ``rule(other)`` goes through Python's generic call.)
             if len(other.placement) > 1:
                 ok = takes.get(wid)
                 if ok is None:
-                    ok = takes[wid] = wid not in gone and rule.__call__(other) is not None
+                    ok = takes[wid] = wid not in gone and rule.reason(other) is not None
             else:  # listed on this host alone: nothing to keep
-                ok = wid not in gone and rule.__call__(other) is not None
+                ok = wid not in gone and rule.reason(other) is not None
             if ok:
                 got += g
                 if got >= need:

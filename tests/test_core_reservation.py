@@ -14,7 +14,7 @@ from projections.workloads import Workload
 from scheduler import cycle as cycle_mod
 from scheduler.placement import Capacity
 from scheduler.reservations import Frees, ready_times
-from scheduler.rules import BudgetRule
+from scheduler.rules import ANY_SPAN, BudgetRule, Rule
 
 
 def _blocked_gang(**policy) -> Sim:
@@ -250,13 +250,14 @@ def test_ready_times_stops_early_but_answers_as_the_plain_walk(name, days, monke
     assert any(n > 0 for n in calls)
 
 
-class _Takes:
+class _Takes(Rule):
     """A rule that may take exactly the workloads named."""
 
     def __init__(self, ids: set[str]) -> None:
+        super().__init__(ANY_SPAN)
         self.ids = ids
 
-    def __call__(self, v: Workload) -> str | None:
+    def reason(self, v: Workload) -> str | None:
         return "priority" if v.id in self.ids else None
 
 
