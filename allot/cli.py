@@ -250,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     from streams.cli import register as register_streams
 
     register_streams(sub)  # allot worker, allot journal export
-    from streams.client import register as register_client
+    from streams.commands import register as register_client
 
     register_client(sub)  # allot submit, cancel, budget define|shares, host fault|repair|add
     from streams.executor import register as register_executor

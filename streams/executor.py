@@ -2,7 +2,7 @@
 
 The contract (docs/live-clients.md, "Executors"):
 
-- An executor reads its cluster's journal (``streams.client.JournalTail``:
+- An executor reads its cluster's journal (``streams.journal_tail.JournalTail``:
   through the fence, copies dropped by id). ``workload.started`` tells it to
   run a workload on the hosts and GPUs of ``placement``; ``workload.preempted``
   tells it to stop that run now (``requeued``: it will be started again later,

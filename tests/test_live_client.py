@@ -23,12 +23,12 @@ from events.limits import INPUT_ID_PATTERN
 from streams.client import (
     Client,
     ClientError,
-    JournalTail,
     SyncClient,
     check_id,
     new_id,
     partition_for,
 )
+from streams.journal_tail import JournalTail
 from streams.records import KIND_DECISION, journal_headers
 from streams.worker import partition_for as worker_partition_for
 from tests.kafka import REPO, Live, unique_prefix
