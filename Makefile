@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 # The compiled core (native/): rebuilt whenever a source it was compiled from changes.
 NATIVE := build/native/manifest.json
-CORE_SOURCES := $(wildcard events/*.py projections/*.py scheduler/*.py native/*.py)
+CORE_SOURCES := $(wildcard events/*.py projections/*.py scheduler/*.py scheduler/*/*.py native/*.py)
 
 .PHONY: help test demo demo-sim bench lint schema clean native
 

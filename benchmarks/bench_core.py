@@ -29,7 +29,7 @@ import time
 from benchmarks.common import machine, median_seconds
 from events.factory import Inputs
 from scheduler import Engine, decide
-from scheduler.ranking import Ranking, commitments
+from scheduler.index.fair_share_order import Ranking, commitments
 from scheduler.replay import fold_log
 
 HOUR = 3600

@@ -34,7 +34,7 @@ import msgspec
 from benchmarks.common import machine
 from events.factory import Inputs
 from scheduler import Engine, decide
-from scheduler.ranking import Ranking, commitments
+from scheduler.index.fair_share_order import Ranking, commitments
 from scheduler.replay import fold_log
 from simulator.driver import Simulation, load_sources
 from simulator.scenario import load_scenario

@@ -60,18 +60,18 @@ MODULES: tuple[str, ...] = (
     "projections/usage.py",
     "projections/workloads.py",
     "scheduler/admission.py",
-    "scheduler/baseline.py",
-    "scheduler/cycle.py",
     "scheduler/emit.py",
     "scheduler/engine.py",
-    "scheduler/placement.py",
-    "scheduler/preemption.py",
-    "scheduler/ranking.py",
     "scheduler/react.py",
-    "scheduler/reservations.py",
-    "scheduler/rules.py",
     "scheduler/state.py",
     "scheduler/validation.py",
+    "scheduler/policy/baseline.py",
+    "scheduler/policy/cycle.py",
+    "scheduler/policy/placement.py",
+    "scheduler/policy/reservations.py",
+    "scheduler/policy/rules.py",
+    "scheduler/policy/victims.py",
+    "scheduler/index/fair_share_order.py",
 )
 # Sources the compiled code was checked against: a change to any of them makes a build stale.
 HASHED_PACKAGES = ("events", "projections", "scheduler")
@@ -119,8 +119,8 @@ def source_hashes(root: Path = ROOT) -> dict[str, str]:
     """sha256 of every ``.py`` file of the hashed packages, by path relative to ``root``."""
     out: dict[str, str] = {}
     for package in HASHED_PACKAGES:
-        for path in sorted((root / package).glob("*.py")):
-            out[f"{package}/{path.name}"] = hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted((root / package).rglob("*.py")):
+            out[path.relative_to(root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
     return out
 
 
@@ -211,7 +211,7 @@ def status() -> Status:
 def extend_path(path: list[str], package: str) -> list[str]:
     """``package.__path__``, with the compiled modules' directory first when the native core runs."""
     if status().active:
-        return [str(status().directory / package), *path]
+        return [str(status().directory.joinpath(*package.split("."))), *path]
     return path
 
 

@@ -79,9 +79,10 @@ def build(out: Path, quiet: bool = False) -> dict[str, object]:
         # (``native`` itself too: the core's packages import it.)
         src = scratch / "src"
         for package in (*HASHED_PACKAGES, "native"):
-            (src / package).mkdir(parents=True)
-            for path in (ROOT / package).glob("*.py"):
-                shutil.copy2(path, src / package / path.name)
+            for path in (ROOT / package).rglob("*.py"):
+                target = src / path.relative_to(ROOT)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, target)
         built = source_hashes(src)
         os.chdir(src)
         say(f"type-checking and translating {len(MODULES)} modules to C (mypyc {mypy.version.__version__})")

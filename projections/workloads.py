@@ -152,7 +152,7 @@ class WorkloadsProjection:
     def queue(self) -> list[tuple[tuple[int, int, int, str], Workload]]:
         """Every pending workload of every leaf, both kinds, in one global order of ``queue_key``.
 
-        The old scheduler's single queue: scheduler.baseline reads its head every
+        The old scheduler's single queue: scheduler.policy.baseline reads its head every
         cycle (merging the leaves' queues anew cost a third of its time). Derived
         from the leaves' queues, so not in a snapshot; built on the first read
         and kept from then on, so a fold that never reads it (the budget

@@ -9,7 +9,7 @@ import native
 # The compiled form of the core's modules, when this process runs it (``native``).
 __path__ = native.extend_path(__path__, __name__)
 
-from scheduler.cycle import Outcome, decide
+from scheduler.policy.cycle import Outcome, decide
 from scheduler.engine import Engine
 from scheduler.state import State
 

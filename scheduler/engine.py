@@ -25,7 +25,7 @@ from bisect import bisect_right
 
 from events import ClockTicked, Event
 from scheduler.admission import InputRefused, refusal
-from scheduler.ranking import fair_share_time
+from scheduler.index.fair_share_order import fair_share_time
 from scheduler.react import react
 from scheduler.snapshot import restore_state, snapshot_state
 from scheduler.state import State

@@ -15,7 +15,7 @@ then classifies what stands in its way:
 - ``no_free_gpus``: unallocated work only starts on free GPUs, and no host has enough;
 - ``search_budget``: it could preempt its way in, but the cycle's searches ran out.
 
-The cycle itself records these (``scheduler.cycle.Outcome``); this module only
+The cycle itself records these (``scheduler.policy.cycle.Outcome``); this module only
 puts them into words.
 
 The answer also carries the fair-share key of its allocation level by level,
@@ -27,8 +27,8 @@ from __future__ import annotations
 import msgspec
 
 from projections.workloads import PENDING, RUNNING
-from scheduler.cycle import Outcome, decide
-from scheduler.ranking import Level, Ranking, commitments
+from scheduler.policy.cycle import Outcome, decide
+from scheduler.index.fair_share_order import Level, Ranking, commitments
 from scheduler.state import State
 
 

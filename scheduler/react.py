@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from events import ClockTicked, Event, HostFaulted
-from scheduler import baseline, cycle
+from scheduler.policy import baseline, cycle
 from scheduler.emit import Emitter
 from scheduler.verdict import Reject, Verdict
 

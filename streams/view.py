@@ -5,7 +5,7 @@
 draws the state with rich:
 
 - **the queue**, allocations in the order the next cycle serves them
-  (``scheduler.ranking.Ranking.leaf_order``), each with its sort metric: the
+  (``scheduler.index.fair_share_order.Ranking.leaf_order``), each with its sort metric: the
   fair-share key level by level, usage fraction over share fraction of the
   parent (< 1: under-served), exactly as ``allot explain`` prints it
   (``Ranking.levels``), and the head of its queue;
@@ -29,7 +29,7 @@ from rich.text import Text
 
 from events import Event
 from scheduler import Engine
-from scheduler.ranking import Ranking, commitments
+from scheduler.index.fair_share_order import Ranking, commitments
 from scheduler.replay import JournalFold
 from scheduler.state import State
 

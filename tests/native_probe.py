@@ -59,11 +59,11 @@ def probe_case(name: str, days: float | None, policy: str) -> dict[str, object]:
 
 
 def probe() -> dict[str, object]:
-    import scheduler.cycle
+    import scheduler.policy.cycle
 
     cases = {f"{name}/{days}/{policy}": probe_case(name, days, policy)
              for name, days, policy in CASES}
-    return {"core": native.status().name, "cycle_module": Path(scheduler.cycle.__file__).name,
+    return {"core": native.status().name, "cycle_module": Path(scheduler.policy.cycle.__file__).name,
             "cases": cases}
 
 

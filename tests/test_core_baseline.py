@@ -1,4 +1,4 @@
-"""The old priority scheduler (scheduler/baseline.py), kept for side-by-side simulation: its documented rules."""
+"""The old priority scheduler (scheduler/policy/baseline.py), kept for side-by-side simulation: its documented rules."""
 
 from __future__ import annotations
 

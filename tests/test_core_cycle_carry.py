@@ -16,8 +16,8 @@ from fractions import Fraction
 import pytest
 from sim_helpers import shipped_log
 
-from scheduler import cycle as cycle_mod
-from scheduler.preemption import VictimIndex
+from scheduler.policy import cycle as cycle_mod
+from scheduler.policy.victims import VictimIndex
 
 Sums = tuple[list[tuple[int, int]], list[int], int]
 

@@ -1,7 +1,7 @@
 """The cycle's failure memo (``Cycle.failures``) changes no decision, and is really used.
 
 A victim search or reservation plan that failed at a world the cycle has not
-changed is not run again at the same world (see ``scheduler.cycle.Cycle.failures``
+changed is not run again at the same world (see ``scheduler.policy.cycle.Cycle.failures``
 for the key); a search failure of an earlier victim index of the world (fewer
 protections ended) is re-checked on the new victims' hosts only, and the
 preemption bound ``freeable`` is kept there too. These tests run whole scenarios with the memo and with it
@@ -15,9 +15,9 @@ from __future__ import annotations
 import pytest
 from sim_helpers import shipped_log
 
-from scheduler import cycle as cycle_mod
-from scheduler import preemption
-from scheduler.preemption import CostModel
+from scheduler.policy import cycle as cycle_mod
+from scheduler.policy import victims as victims_mod
+from scheduler.policy.victims import CostModel
 
 
 class Counts:
@@ -31,8 +31,8 @@ class Counts:
 @pytest.fixture
 def counts(monkeypatch: pytest.MonkeyPatch) -> Counts:
     c = Counts()
-    ask, real, plan = cycle_mod.Cycle.search, preemption.VictimIndex.search, cycle_mod.ready_times
-    recheck = preemption.VictimIndex.recheck
+    ask, real, plan = cycle_mod.Cycle.search, victims_mod.VictimIndex.search, cycle_mod.ready_times
+    recheck = victims_mod.VictimIndex.recheck
 
     def asked(self, *a, **k):  # type: ignore[no-untyped-def]
         c.asked += 1
@@ -52,8 +52,8 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> Counts:
         return out
 
     monkeypatch.setattr(cycle_mod.Cycle, "search", asked)
-    monkeypatch.setattr(preemption.VictimIndex, "recheck", rechecked)
-    monkeypatch.setattr(preemption.VictimIndex, "search", searched)
+    monkeypatch.setattr(victims_mod.VictimIndex, "recheck", rechecked)
+    monkeypatch.setattr(victims_mod.VictimIndex, "search", searched)
     monkeypatch.setattr(cycle_mod, "ready_times", planned)
     return c
 
@@ -81,7 +81,7 @@ def test_a_recheck_that_ignores_new_victims_changes_the_log(monkeypatch: pytest.
     ``VictimIndex.recheck``, not of searches that would fail anyway.)
     """
     right = shipped_log("ai2-month-heavy", 2.0)
-    monkeypatch.setattr(preemption.VictimIndex, "recheck",
+    monkeypatch.setattr(victims_mod.VictimIndex, "recheck",
                         lambda self, kind, seen, *a, **k: (kind, seen, set()))
     assert shipped_log("ai2-month-heavy", 2.0) != right
 
@@ -102,10 +102,10 @@ def test_priming_fixes_the_keep_value_as_costing_would() -> None:
     assert trail == set(), "priming is not costing"
 
 
-def _freeable_by_loop(cycle: cycle_mod.Cycle, idx: preemption.VictimIndex, leaf: str,
+def _freeable_by_loop(cycle: cycle_mod.Cycle, idx: victims_mod.VictimIndex, leaf: str,
                       commitment: int, priority: int | None) -> int:
     """The preemption bound as a walk over every sibling (what ``_siblings`` replaces)."""
-    from scheduler.rules import less_used
+    from scheduler.policy.rules import less_used
 
     by_node = idx.by_node
     own = by_node.get(leaf, 0) if priority is None else idx.lower_priority_gpus(leaf, priority)

@@ -1,4 +1,4 @@
-"""The fair-share base kept across cycles (``scheduler.ranking._FairShareBase``) is the one built afresh.
+"""The fair-share base kept across cycles (``scheduler.index.fair_share_order._FairShareBase``) is the one built afresh.
 
 A cycle's order starts from the usage at the fair-share instant plus the
 running allocated work's commitments. Inside one instant the base is advanced
@@ -21,8 +21,8 @@ import random
 import pytest
 from sim_helpers import shipped_log
 
-from scheduler import ranking as ranking_mod
-from scheduler.ranking import Ranking, _FairShareBase, commitments, fair_share_time
+from scheduler.index import fair_share_order as ranking_mod
+from scheduler.index.fair_share_order import Ranking, _FairShareBase, commitments, fair_share_time
 from scheduler.state import State
 
 

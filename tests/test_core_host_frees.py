@@ -1,7 +1,7 @@
 """Frees advanced over starts and stops (``Frees.advanced``) are ``host_frees`` made afresh.
 
 Reservation planning reads, per host, when the work there stops being
-protected (``scheduler.reservations.host_frees``). The state keeps that in its
+protected (``scheduler.policy.reservations.host_frees``). The state keeps that in its
 memo and, after starts and stops on the same host set, remakes only the lists
 of the hosts the moved workloads were or are on. These tests compare every
 advanced result with a fresh ``host_frees`` (the same lists: the same entries,
@@ -24,7 +24,7 @@ from sim_helpers import shipped_log
 
 from events import Slot, WorkloadPreempted, WorkloadStarted
 from events.factory import Inputs
-from scheduler.reservations import Frees, host_frees
+from scheduler.policy.reservations import Frees, host_frees
 from scheduler.state import State
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import pytest
 from core_helpers import Sim, preempted, started
 
-from scheduler.ranking import Ranking, commitments
+from scheduler.index.fair_share_order import Ranking, commitments
 
 # -- Kueue TAS, BestFit --------------------------------------------------------------------
 

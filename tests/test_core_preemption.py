@@ -313,7 +313,7 @@ def test_work_lost_counts_the_run_since_the_victim_could_last_resume(resumable, 
                                                                    checkpoint_s, lost):
     """work_lost is GPUs x run time, or GPUs x time since the last checkpoint when resumable."""
     from projections.workloads import Workload
-    from scheduler.preemption import work_lost
+    from scheduler.policy.victims import work_lost
 
     w = Workload(id="v", budget="lab/b", user="b", gpus=8, hosts=1, gpus_per_host=8,
                  min_runtime_s=60, resumable=resumable, priority=0, kind="training",
@@ -326,7 +326,7 @@ def test_the_checkpoint_hook_reads_the_workloads_interval_before_the_policys():
     """checkpoint_interval: the workload's own interval wins, else the policy's, else none."""
     from types import SimpleNamespace
 
-    from scheduler.preemption import checkpoint_interval
+    from scheduler.policy.victims import checkpoint_interval
 
     policy = SimpleNamespace(checkpoint_interval_s=900)
     assert checkpoint_interval(SimpleNamespace(checkpoint_interval_s=300), policy) == 300
@@ -377,14 +377,14 @@ def test_fair_share_needs_strictly_less_use_after_the_preemptors_commitment(min_
 )
 def test_may_preempt_compares_usage_plus_commitment_strictly(a_use, commitment, b_use, may):
     """Ranking.may_preempt: (use_a + commitment) / share_a < use_b / share_b, strictly."""
-    from scheduler.ranking import Ranking, commitments
+    from scheduler.index.fair_share_order import Ranking, commitments
 
     s = Sim(hosts=1)
     r = Ranking(s.state, commitments(s.state))
     r.use["lab/a"], r.use["lab/b"] = a_use, b_use
     assert r.may_preempt("lab/a", commitment, "lab/b") is may
     # And it is the one comparison the cycle's cheap bound uses too.
-    from scheduler.rules import less_used
+    from scheduler.policy.rules import less_used
 
     assert less_used(a_use, 1, b_use, 1, commitment) is may
 

@@ -29,10 +29,10 @@ import pytest
 from sim_helpers import shipped_log
 
 from projections.workloads import Workload
-from scheduler import preemption
-from scheduler.placement import Capacity
-from scheduler.preemption import CostModel, Plan, VictimIndex, flat_costs
-from scheduler.rules import ANY_SPAN, Rule
+from scheduler.policy import victims as victims_mod
+from scheduler.policy.placement import Capacity
+from scheduler.policy.victims import CostModel, Plan, VictimIndex, flat_costs
+from scheduler.policy.rules import ANY_SPAN, Rule
 
 
 @dataclass
@@ -89,7 +89,7 @@ def _view(idx: VictimIndex, plan: Plan | None) -> tuple[object, ...]:
 def _walk(idx: VictimIndex, per_host: int, capacity: Capacity, barred: set[str] | None,
           eligible: Rule, costs: CostModel) -> Plan | None:
     """The single-host search as first written: every candidate host by name, no kept minimums."""
-    best: tuple[tuple[int, int, str], list[tuple[preemption.Victim, str]]] | None = None
+    best: tuple[tuple[int, int, str], list[tuple[victims_mod.Victim, str]]] | None = None
     for host in idx._candidates(capacity, per_host):
         victims = idx.on_host.get(host)
         if victims is None or (barred and host in barred):
@@ -104,9 +104,9 @@ def _walk(idx: VictimIndex, per_host: int, capacity: Capacity, barred: set[str] 
         live = [v for v in victims if v.w.id not in idx.gone]
         if best is not None and all(costs.of(v.w) > best[0][0] for v in live):
             continue
-        items = [(v, preemption._gpus_on(v, host), costs.of(v.w), why)
+        items = [(v, victims_mod._gpus_on(v, host), costs.of(v.w), why)
                  for v in live if (why := eligible(v.w)) is not None]
-        found = preemption._cover(items, deficit) if items else None
+        found = victims_mod._cover(items, deficit) if items else None
         if found is not None and (best is None or (found[0], free, host) < best[0]):
             best = ((found[0], free, host), [(items[i][0], items[i][3]) for i in found[1]])
     return None if best is None else Plan([best[0][2]], best[1], best[0][0])
@@ -136,7 +136,7 @@ def _ready_as_defined(idx: VictimIndex, per_host: int, ends_by: int, capacity: C
         have = capacity.free[h]
         for v in idx.on_host.get(h, ()):
             if v.w.id not in idx.gone and eligible(v.w) is not None:
-                have += preemption._gpus_on(v, h)
+                have += victims_mod._gpus_on(v, h)
         if h not in barred and have >= per_host:
             ready.add(h)
     return frozenset(ready)
@@ -190,7 +190,7 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> Seen:
                 seen.mins_checked += 1
                 costs_here = [probe.of(v.w) for v in self.on_host.get(host, ())
                               if v.w.id not in self.gone]
-                if low > min(costs_here, default=preemption.NEVER_COST):
+                if low > min(costs_here, default=victims_mod.NEVER_COST):
                     seen.wrong.append(f"{where}: kept minimum of {host} too high")
         return plan
 
@@ -239,6 +239,6 @@ def test_the_log_is_the_same_when_every_victim_is_offered_to_the_rule(
 def test_a_victims_packed_cost_has_its_fields_in_place(allocated: bool) -> None:
     cases = [(0, 1, 0), (7, 8, (1 << 20) - 1), ((1 << 63) + 5, (1 << 31) + 3, 12345)]
     for lost, gpus, keep in cases:
-        fields = preemption.unpack_cost(preemption.pack_cost(lost, gpus, allocated, keep))
+        fields = victims_mod.unpack_cost(victims_mod.pack_cost(lost, gpus, allocated, keep))
         kind = (lost, gpus, 0, 0) if allocated else (0, 0, lost, gpus)
         assert fields == (*kind, 1, keep)

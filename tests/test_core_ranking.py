@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from core_helpers import DEEP, FLAT, HOUR, Sim, started
 
-from scheduler.ranking import Ranking, commitments
+from scheduler.index.fair_share_order import Ranking, commitments
 
 
 def _flat(shares_a: int, shares_b: int) -> tuple[tuple[str, int, tuple[str, ...]], ...]:

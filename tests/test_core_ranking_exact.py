@@ -18,8 +18,8 @@ from core_helpers import Sim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.ranking import Ranking, _before, _resort, commitments
-from scheduler.rules import less_used
+from scheduler.index.fair_share_order import Ranking, _before, _resort, commitments
+from scheduler.policy.rules import less_used
 
 
 def _key(use: dict[str, int], shares: dict[str, int], c: str) -> tuple[int, float, int, str]:

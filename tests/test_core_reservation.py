@@ -11,10 +11,10 @@ from core_helpers import Sim, preempted, started
 from sim_helpers import shipped_log
 
 from projections.workloads import Workload
-from scheduler import cycle as cycle_mod
-from scheduler.placement import Capacity
-from scheduler.reservations import Frees, ready_times
-from scheduler.rules import ANY_SPAN, BudgetRule, Rule
+from scheduler.policy import cycle as cycle_mod
+from scheduler.policy.placement import Capacity
+from scheduler.policy.reservations import Frees, ready_times
+from scheduler.policy.rules import ANY_SPAN, BudgetRule, Rule
 
 
 def _blocked_gang(**policy) -> Sim:

@@ -13,8 +13,8 @@ import pytest
 from test_core_ranking_exact import _parting, _plain_may_preempt, _with_history
 
 from projections.workloads import Workload
-from scheduler.ranking import Ranking, commitments
-from scheduler.rules import FAIR_SHARE, BudgetRule
+from scheduler.index.fair_share_order import Ranking, commitments
+from scheduler.policy.rules import FAIR_SHARE, BudgetRule
 
 
 def _workload(leaf: str, gpus: int, min_runtime_s: int) -> Workload:

@@ -37,10 +37,10 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_this_process_runs_the_pure_core() -> None:
-    import scheduler.cycle
+    import scheduler.policy.cycle
 
     assert native.status().name == "pure"
-    assert scheduler.cycle.__file__.endswith("cycle.py")
+    assert scheduler.policy.cycle.__file__.endswith("cycle.py")
 
 
 def test_the_build_is_current() -> None:
@@ -94,16 +94,16 @@ def test_no_build_is_named(tmp_path: Path) -> None:
 
 def test_a_build_of_changed_sources_is_stale_and_names_the_file(tmp_path: Path) -> None:
     sources = native.source_hashes()
-    sources["scheduler/cycle.py"] = "0" * 64
+    sources["scheduler/policy/cycle.py"] = "0" * 64
     problem = native.check(_fake_build(tmp_path / "b", sources=sources)) or ""
-    assert problem.startswith("stale: scheduler/cycle.py changed")
+    assert problem.startswith("stale: scheduler/policy/cycle.py changed")
 
 
 def test_a_new_source_file_makes_a_build_stale(tmp_path: Path) -> None:
     sources = native.source_hashes()
-    del sources["scheduler/rules.py"]
+    del sources["scheduler/policy/rules.py"]
     assert (native.check(_fake_build(tmp_path / "b", sources=sources)) or "").startswith(
-        "stale: scheduler/rules.py")
+        "stale: scheduler/policy/rules.py")
 
 
 def test_a_build_for_another_python_is_refused(tmp_path: Path) -> None:
@@ -119,15 +119,15 @@ def test_native_mode_without_a_build_says_why_and_imports_nothing(tmp_path: Path
 
 def test_auto_mode_runs_pure_and_warns_on_a_stale_build(tmp_path: Path) -> None:
     sources = native.source_hashes()
-    sources["scheduler/cycle.py"] = "0" * 64
+    sources["scheduler/policy/cycle.py"] = "0" * 64
     _fake_build(tmp_path / "b", sources=sources)
     out = _python("import warnings; warnings.simplefilter('always')\n"
-                  "import scheduler.cycle, native; print(native.status().name, "
-                  "scheduler.cycle.__file__.endswith('.py'))",
+                  "import scheduler.policy.cycle, native; print(native.status().name, "
+                  "scheduler.policy.cycle.__file__.endswith('.py'))",
                   ALLOT_CORE="auto", ALLOT_CORE_DIR=str(tmp_path / "b"))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["pure", "True"]
-    assert "NativeCoreStale" in out.stderr and "scheduler/cycle.py" in out.stderr
+    assert "NativeCoreStale" in out.stderr and "scheduler/policy/cycle.py" in out.stderr
 
 
 def test_auto_mode_without_a_build_runs_pure_silently(tmp_path: Path) -> None:
@@ -146,8 +146,8 @@ def test_an_unknown_mode_is_refused() -> None:
 def test_the_compiled_modules_are_the_whole_fold_and_decision_path() -> None:
     """Every module a cycle runs is compiled (or the native core would mix forms on the hot path)."""
     listed = {m.removesuffix(".py").replace("/", ".") for m in native.MODULES}
-    for module in ("scheduler.cycle", "scheduler.engine", "scheduler.state", "scheduler.baseline",
-                   "scheduler.preemption", "scheduler.ranking", "projections.usage"):
+    for module in ("scheduler.policy.cycle", "scheduler.engine", "scheduler.state", "scheduler.policy.baseline",
+                   "scheduler.policy.victims", "scheduler.index.fair_share_order", "projections.usage"):
         assert module in listed
     for path in native.MODULES:
         assert (REPO / path).is_file(), path

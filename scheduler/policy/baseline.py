@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 from projections.cluster import FAILED
 from projections.workloads import Workload
 from scheduler.emit import Emitter
-from scheduler.placement import Capacity
-from scheduler.preemption import VictimIndex, flat_costs
-from scheduler.rules import baseline_rule
+from scheduler.policy.placement import Capacity
+from scheduler.policy.victims import VictimIndex, flat_costs
+from scheduler.policy.rules import baseline_rule
 
 if TYPE_CHECKING:
     from events import Event

@@ -4,7 +4,7 @@ Minimum-runtime protection fragments capacity: with small work arriving all
 the time, some GPU of every host is always protected, and a workload needing
 whole hosts (one 8-GPU host, or a gang of them) would never see them free at
 once. So the best-ranked such blocked workload *reserves* the hosts where the
-work it may take (``scheduler.rules``) stops being protected soonest
+work it may take (``scheduler.policy.rules``) stops being protected soonest
 (``workload.reserved``: hosts and ``until``).
 
 - **Backfill only.** Until ``until`` other work may start on reserved hosts only
@@ -42,15 +42,15 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from scheduler.placement import NEVER
+from scheduler.policy.placement import NEVER
 
 if TYPE_CHECKING:
     from collections.abc import Container
 
     from projections.cluster import Host
     from projections.workloads import Workload
-    from scheduler.placement import Capacity
-    from scheduler.rules import BudgetRule
+    from scheduler.policy.placement import Capacity
+    from scheduler.policy.rules import BudgetRule
     from scheduler.state import State
 
 # Due holds admit nobody but their holder: no ``ends_by`` is at or before this.

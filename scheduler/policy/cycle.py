@@ -6,7 +6,7 @@ decisions; the engine folds them back into the state. Written, like Kueue's
 scheduler, as numbered steps:
 
 1. Snapshot free capacity on healthy hosts, and the standing reservations
-   (``scheduler.reservations``): their hosts take backfill only.
+   (``scheduler.policy.reservations``): their hosts take backfill only.
 2. Drain faulty hosts: preempt what is no longer protected there (everything on
    a failed host), and mark empty faulty hosts drained for repair.
 3. Rank allocations by hierarchical fair share (usage + commitment per share).
@@ -15,7 +15,7 @@ scheduler, as numbered steps:
 5. Admit allocated work in fair-share order: each leaf serves its queue by
    priority, visiting only shapes that could start; a workload starts on free
    GPUs (packed), else preempts the cheapest set of victims it may take
-   (``scheduler.rules``, ``scheduler.preemption``), else (if it needs whole
+   (``scheduler.policy.rules``, ``scheduler.policy.victims``), else (if it needs whole
    hosts) is noted for a reservation. GPUs a preemption freed beyond what its
    preemptor used go to allocated work that fits, in the same order.
 6. Lend every GPU still free to unallocated work (never protected, never charged).
@@ -42,11 +42,11 @@ import msgspec
 from projections.cluster import FAILED
 from projections.workloads import Workload
 from scheduler.emit import Emitter
-from scheduler.placement import NEVER, Capacity
-from scheduler.preemption import CostModel, Plan, VictimIndex, checkpoint_rule
-from scheduler.ranking import Ranking, commitments, fair_share_time
-from scheduler.reservations import Book, Frees, Reservation, ready_times, size_class
-from scheduler.rules import BudgetRule, Due
+from scheduler.policy.placement import NEVER, Capacity
+from scheduler.policy.victims import CostModel, Plan, VictimIndex, checkpoint_rule
+from scheduler.index.fair_share_order import Ranking, commitments, fair_share_time
+from scheduler.policy.reservations import Book, Frees, Reservation, ready_times, size_class
+from scheduler.policy.rules import BudgetRule, Due
 
 if TYPE_CHECKING:
     from events import Event
@@ -402,7 +402,7 @@ class Cycle:
             if hosts is not None:
                 self.start(w, hosts)
                 return True
-        # b. Preemption, under the budget rule (scheduler.rules). Skipped when a
+        # b. Preemption, under the budget rule (scheduler.policy.rules). Skipped when a
         #    search at least as easy already failed in this leaf, or when a cheap
         #    bound says no set of victims can be enough (due holders skip both:
         #    their hosts are theirs).
@@ -519,7 +519,7 @@ class Cycle:
         return tuple(sorted(self.capacity.barred(ends_by, wid)))
 
     def settle_reservation(self) -> None:
-        """Work out the reservations noted earlier in this cycle (lazily: see scheduler.reservations).
+        """Work out the reservations noted earlier in this cycle (lazily: see scheduler.policy.reservations).
 
         A plan that reaches fewer hosts than the workload needs does not depend
         on the time (only on which hosts become reachable), so it goes into the
@@ -937,7 +937,7 @@ class Cycle:
 
     @property
     def costs(self) -> CostModel:
-        """What stopping each workload costs in this cycle (see scheduler.preemption)."""
+        """What stopping each workload costs in this cycle (see scheduler.policy.victims)."""
         if self._costs is None:
             self._costs = CostModel(self.now, checkpoint_rule(self.policy),
                                     self.ranking.keep_value)

@@ -2,7 +2,7 @@
 
 Only workloads that are not protected can be victims: unallocated work (never
 protected) and allocated work past its minimum runtime. Which of those a
-candidate may take is a rule (``scheduler.rules``); this module finds, for the
+candidate may take is a rule (``scheduler.policy.rules``); this module finds, for the
 hosts the candidate could use, the victims to stop.
 
 **What a victim costs.** Stopping a workload loses the work it did since it
@@ -39,11 +39,11 @@ from itertools import combinations, count
 from typing import TYPE_CHECKING, Any
 
 from projections.workloads import Workload
-from scheduler.placement import pack
-from scheduler.rules import Rule
+from scheduler.policy.placement import pack
+from scheduler.policy.rules import Rule
 
 if TYPE_CHECKING:
-    from scheduler.placement import Capacity
+    from scheduler.policy.placement import Capacity
     from scheduler.state import State
 
 NEVER = 1 << 62

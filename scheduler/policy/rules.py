@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from projections.workloads import Workload
 
 if TYPE_CHECKING:
-    from scheduler.ranking import Ranking
+    from scheduler.index.fair_share_order import Ranking
 
 RECLAIM_UNALLOCATED = "reclaim_unallocated"
 PRIORITY = "priority"
