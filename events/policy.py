@@ -39,6 +39,23 @@ class PolicyConfigured(Event, frozen=True, kw_only=True, tag="policy.configured"
     # searches per cycle. Whatever is not examined waits for the next cycle.
     queue_depth: Int64 = 64
     preemption_searches: Int64 = 32
+    # How long funded work that starts *borrowing* (beyond its budget's
+    # guaranteed fraction of the cluster, at some level of its path) is
+    # protected: at most its minimum runtime, at most this. A team coming back
+    # to its idle share then takes it back within this time, not after up to
+    # the whole minimum runtime (scheduler/policy/guarantee.py). None protects
+    # every funded start for its whole minimum runtime.
+    borrowed_protection_s: Duration | None = None
+    # Which running work of another budget a candidate may take once it is past
+    # its protection. "fair_share": whenever, at the level where their paths
+    # part, the candidate's side is less used per share over the window than
+    # the victim's (time slicing by windowed usage). "reclaim": only work of a
+    # side holding more than its guaranteed fraction of the cluster, and only
+    # for a candidate whose side stays within its own (Kueue's
+    # reclaimWithinCohort): borrowed GPUs go back to their owner at once, work
+    # within its share is never time-sliced away, and no two sides can take
+    # GPUs back and forth. The window still orders who starts first.
+    preemption_rule: Literal["fair_share", "reclaim"] = "fair_share"
     # How many blocked workloads may hold a reservation (anti-starvation for gangs).
     reservations: Int64 = 1
     # Fair-share usage is evaluated at ``now`` rounded down to this period (as

@@ -105,6 +105,7 @@ class WorkloadReserved(Event, frozen=True, kw_only=True, tag="workload.reserved"
 
 PreemptionReason = Literal[
     "fair_share",           # a better-ranked allocation needed the GPUs
+    "reclaim",              # an allocation within its guaranteed share took back borrowed GPUs
     "reclaim_unallocated",  # allocated work reclaimed GPUs lent to unallocated work
     "priority",             # same allocation, higher priority (or the baseline's priority)
     "host_drain",           # the host is degraded and the protection ended

@@ -69,7 +69,8 @@ def _policy(state, e: PolicyConfigured) -> Verdict:
         if getattr(e, name) < 1:
             return Reject("input", InputReason.BAD_POLICY, f"{name} must be >= 1")
     if e.min_runtime_cap_s < 0 or e.reservations < 0 or e.team_depth < 0 \
-            or e.dedupe_window_s < 0 or e.clock_skew_s < 0:
+            or e.dedupe_window_s < 0 or e.clock_skew_s < 0 \
+            or (e.borrowed_protection_s is not None and e.borrowed_protection_s < 0):
         return Reject("input", InputReason.BAD_POLICY, "negative knob")
     if e.window_s < e.bucket_s:
         return Reject("input", InputReason.BAD_POLICY, "window_s must be >= bucket_s")
