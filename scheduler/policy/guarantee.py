@@ -82,7 +82,7 @@ class Guarantees:
         b = self.paths.get(other)
         if a is None or b is None:
             return None
-        for x, y in zip(a, b):
+        for x, y in zip(a, b, strict=False):
             if x != y:
                 return x, y
         return None
