@@ -78,7 +78,8 @@ def _simulate(args: argparse.Namespace) -> int:
         return 0
     run_scenario(args.scenario, policies, args.out, plots=not args.no_plots,
                  knobs=dict(args.set or []), horizon_days=args.horizon_days, seed=args.seed,
-                 warmup_s=args.warmup_s)
+                 warmup_s=args.warmup_s,
+                 over_cap="reject" if args.reject_over_cap else "clamp")
     return 0
 
 
@@ -232,6 +233,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run N seeds (from the scenario's, in parallel processes) and report "
                         "each figure's mean and 95 %% t-interval; writes OUT/seeds.json, no logs")
     p.add_argument("--workers", type=int, help="with --seeds: processes (default: one per core)")
+    p.add_argument("--reject-over-cap", action="store_true",
+                   help="send contracts longer than min_runtime_cap_s as they are (the scheduler "
+                        "refuses them) instead of clamping them to the cap as their owner would "
+                        "resubmit them (the default); the run says how many either way")
     p.set_defaults(func=_simulate)
 
     from audit.cli import register as register_audit
