@@ -14,6 +14,8 @@ The live system on Kafka (``streams/``; docs/live.md, docs/live-clients.md):
     allot executor            the simulated executor: runs started work, reports finishes
     allot projections         the Faust usage projections and their loopback endpoint
     allot top                 the live queue, ranked with its sort metric, and the running set
+    allot whatif HISTORY      re-simulate a recorded period under another policy, side by side
+    allot forecast WORKLOAD   when will a pending workload start, and what it waits on
     allot journal ...         read the live journal (export it for the audit)
 
 Every command has ``--help``. Errors print one line and exit with status 2:
@@ -271,6 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
     from streams.projections import register as register_projections
 
     register_projections(sub)  # allot projections
+    from whatif.cli import register as register_whatif
+
+    register_whatif(sub)  # allot whatif
+    from forecast.cli import register as register_forecast
+
+    register_forecast(sub)  # allot forecast
 
     p = sub.add_parser("explain", help="why a workload is where it is",
                        description="Fold LOG (up to --at) and explain WORKLOAD: its fair-share "
