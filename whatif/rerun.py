@@ -116,7 +116,7 @@ def _shares_event(engine: Engine, path: str, shares: int, at: int, n: int) -> Bu
         raise WhatIfError(f"--shares {path}={shares}: nobody manages {parent!r}")
     return BudgetSharesSet(id=f"whatif-shares-{n}", at=at, cluster=engine.state.cluster,
                            actor=actor, source="whatif", parent=parent,
-                           shares=(ChildShare(child=path, shares=shares),))
+                           shares=(ChildShare(child=path.rsplit("/", 1)[-1], shares=shares),))
 
 
 def _up(path: str) -> list[str]:
