@@ -70,7 +70,7 @@ def latency() -> dict[str, object]:
     return out
 
 
-def accuracy(log_path: str, every: int) -> dict[str, object]:
+def accuracy(log_path: str, every: int, out: str | None = None) -> dict[str, object]:
     events = read_log(log_path)
     actual = first_starts(events)
     fold = JournalFold(Engine(events[0].cluster))
@@ -94,6 +94,11 @@ def accuracy(log_path: str, every: int) -> dict[str, object]:
             if n % every == 0:
                 pending_sub.append(e)
     fold.finish()
+    if out is not None:
+        import msgspec
+
+        with open(out, "wb") as fh:
+            fh.write(b"".join(msgspec.json.encode(r) + b"\n" for r in records))
     return {"forecasts": len(records), "seconds": round(time.perf_counter() - t0, 1),
             "score": score(records, actual)}
 
@@ -106,8 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("accuracy")
     a.add_argument("log")
     a.add_argument("--every", type=int, default=100)
+    a.add_argument("--out", help="write the forecast records here (JSON lines)")
     args = p.parse_args(argv)
-    doc = latency() if args.what == "latency" else accuracy(args.log, args.every)
+    doc = latency() if args.what == "latency" else accuracy(args.log, args.every, args.out)
     json.dump(doc, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
     return 0

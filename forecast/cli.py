@@ -52,6 +52,13 @@ def _run(args: argparse.Namespace) -> int:
     except ForecastError as exc:
         raise ForecastCliError(str(exc)) from None
     dt = time.perf_counter() - t0
+    if args.record is not None:
+        from forecast.score import ForecastRecord
+
+        w = engine.state.workloads.all[args.workload]
+        rec = ForecastRecord(workload=f.workload, kind=w.kind, made_at=f.now, start=f.start)
+        with args.record.open("ab") as fh:
+            fh.write(msgspec.json.encode(rec) + b"\n")
     if args.json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(f)).decode() + "\n")
         return 0
@@ -95,6 +102,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="work past its expected duration ends this long from now (default 10m)")
     p.add_argument("--horizon", type=_seconds, default=14 * 86_400, metavar="DURATION",
                    help="look this far ahead at most (default 14d)")
+    p.add_argument("--record", type=Path, metavar="FILE",
+                   help="append the forecast to FILE (JSON lines) to score it later "
+                        "(forecast/score.py)")
     p.add_argument("--json", action="store_true", help="print the forecast as JSON")
     p.set_defaults(func=_run)
 

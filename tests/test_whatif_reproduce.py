@@ -81,3 +81,22 @@ def test_bad_change_is_one_clear_error() -> None:
         rerun(log, epoch, epoch + 86_400, Change(shares={"lab/nope": 3}))
     with pytest.raises(WhatIfError, match="refused"):
         rerun(log, epoch, epoch + 86_400, Change(knobs={"window_s": 60}))
+
+
+def test_unknown_knob_is_refused() -> None:
+    log, epoch = _recorded()
+    with pytest.raises(WhatIfError, match="unknown policy knob"):
+        rerun(log, epoch, epoch + 86_400, Change(knobs={"bogus": 3}))
+
+
+def test_moments_read_as_people_write_them() -> None:
+    from whatif.history import parse_moment
+
+    start, end = 1_767_571_200, 1_767_571_200 + 30 * 86_400
+    assert parse_moment("day 2", start, end) == start + 2 * 86_400
+    assert parse_moment("+36h", start, end) == start + 36 * 3600
+    assert parse_moment("end-1d", start, end) == end - 86_400
+    assert parse_moment("2026-01-06", start, end) == start + 86_400
+    assert parse_moment("2026-01-06T01:00:00+01:00", start, end) == start + 86_400
+    with pytest.raises(WhatIfError):
+        parse_moment("soon", start, end)

@@ -40,6 +40,8 @@ def _run(args: argparse.Namespace) -> int:
     start, end = (min(ticks), max(ticks)) if ticks else (events[0].at, events[-1].at)
     t1 = parse_moment(args.from_, start, end)
     t2 = parse_moment(args.to, start, end)
+    if t2 < t1:
+        raise WhatIfError(f"--to {args.to!r} is before --from {args.from_!r}")
     knobs = dict(args.set or [])
     for k, v in list(knobs.items()):
         if isinstance(v, str) and k.endswith("_s"):

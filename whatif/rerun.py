@@ -293,6 +293,10 @@ def rerun(events: Sequence[Event], t1: int, t2: int, change: Change, *,
     root = state.budget.root
     admin = state.budget.nodes[root].managers[0] if root and state.budget.nodes[root].managers \
         else "admin"
+    unknown = set(change.knobs) - set(PolicyConfigured.__struct_fields__) | (
+        set(change.knobs) & {"id", "at", "cluster", "actor", "source", "cause", "v"})
+    if unknown:
+        raise WhatIfError(f"--set: unknown policy knob(s) {sorted(unknown)}")
     if change.knobs:
         base = {k: v for k, v in msgspec.to_builtins(state.policy).items()
                 if k not in ("id", "at", "cluster", "actor", "source", "cause", "v", "type")}
