@@ -14,6 +14,8 @@ The live system on Kafka (``streams/``; docs/live.md, docs/live-clients.md):
     allot executor            the simulated executor: runs started work, reports finishes
     allot projections         the Faust usage projections and their loopback endpoint
     allot top                 the live queue, ranked with its sort metric, and the running set
+    allot whatif HISTORY      re-simulate a recorded period under another policy, side by side
+    allot forecast WORKLOAD   when will a pending workload start, and what it waits on
     allot journal ...         read the live journal (export it for the audit)
 
 Every command has ``--help``. Errors print one line and exit with status 2:
@@ -78,7 +80,8 @@ def _simulate(args: argparse.Namespace) -> int:
         return 0
     run_scenario(args.scenario, policies, args.out, plots=not args.no_plots,
                  knobs=dict(args.set or []), horizon_days=args.horizon_days, seed=args.seed,
-                 warmup_s=args.warmup_s)
+                 warmup_s=args.warmup_s,
+                 over_cap="reject" if args.reject_over_cap else "clamp")
     return 0
 
 
@@ -232,6 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run N seeds (from the scenario's, in parallel processes) and report "
                         "each figure's mean and 95 %% t-interval; writes OUT/seeds.json, no logs")
     p.add_argument("--workers", type=int, help="with --seeds: processes (default: one per core)")
+    p.add_argument("--reject-over-cap", action="store_true",
+                   help="send contracts longer than min_runtime_cap_s as they are (the scheduler "
+                        "refuses them) instead of clamping them to the cap as their owner would "
+                        "resubmit them (the default); the run says how many either way")
     p.set_defaults(func=_simulate)
 
     from audit.cli import register as register_audit
@@ -266,6 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
     from streams.projections import register as register_projections
 
     register_projections(sub)  # allot projections
+    from whatif.cli import register as register_whatif
+
+    register_whatif(sub)  # allot whatif
+    from forecast.cli import register as register_forecast
+
+    register_forecast(sub)  # allot forecast
 
     p = sub.add_parser("explain", help="why a workload is where it is",
                        description="Fold LOG (up to --at) and explain WORKLOAD: its fair-share "

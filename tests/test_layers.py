@@ -28,8 +28,13 @@ ALLOWED: dict[str, set[str]] = {
     "scheduler": {"events", "projections", "native"},
     "simulator": {"events", "projections", "scheduler"},
     "audit": {"events"},
-    "streams": {"events", "projections", "scheduler", "simulator", "native"},
-    "allot": {"events", "projections", "scheduler", "simulator", "audit", "streams", "native"},
+    "streams": {"events", "projections", "scheduler", "simulator", "native", "forecast"},
+    "allot": {"events", "projections", "scheduler", "simulator", "audit", "streams", "native",
+              "whatif", "forecast"},
+    # The what-if driver runs the core; its history reader and report use the audit.
+    "whatif": {"events", "projections", "scheduler", "audit"},
+    # Forecasts are pure: a state snapshot and assumptions in, a start estimate out.
+    "forecast": {"events", "projections", "scheduler"},
 }
 
 # Libraries of the edges that the pure core must not import (I/O, terminals, databases).
