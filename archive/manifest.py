@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import msgspec
@@ -173,7 +173,7 @@ class Manifest:
                                f"e.g. {missing[0]}")
         return renamed, deleted
 
-    def commit(self, batch: Batch) -> None:
+    def commit(self, batch: Batch, after_line: Callable[[], None] | None = None) -> None:
         """Append ``batch`` durably (the commit point), then rename its files into place."""
         self._add(batch)
         line = msgspec.json.encode(batch) + b"\n"
@@ -182,6 +182,8 @@ class Manifest:
             fh.write(line)
             fh.flush()
             os.fsync(fh.fileno())
+        if after_line is not None:
+            after_line()
         for f in batch.files:
             final = self.root / f.path
             os.replace(layout.temp_of(final), final)

@@ -24,6 +24,7 @@ import contextlib
 import fcntl
 import os
 import re
+import signal
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -229,7 +230,21 @@ class Archiver:
         self.ready = asyncio.Event()       # set once positioned (the manifest read and checked)
         self._stop = asyncio.Event()
         self._lock: IO[bytes] | None = None
+        self._faults = 0
         self.manifest: Manifest | None = None
+
+    def _fault(self, where: str) -> None:
+        """Test hook (``ALLOT_ARCHIVE_FAULT=<where>:<n>``): SIGKILL at the n-th batch's ``where``.
+
+        ``before_commit``: the batch's files are written, the manifest line is not;
+        ``after_commit``: the line is written, the files are not renamed yet.
+        """
+        spec = os.environ.get("ALLOT_ARCHIVE_FAULT", "")
+        if not spec.startswith(where + ":"):
+            return
+        self._faults += 1
+        if self._faults >= int(spec.split(":", 1)[1]):
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def stop(self) -> None:
         """Read every partition to its end as of now, commit, and return from ``run``."""
@@ -384,9 +399,10 @@ class Archiver:
                 origin = origin_digest(cols.value[0], [(h["key"], h["value"]) for h in hv])
             written += _fsync_write(table, layout.temp_of(self.root / rel), self.compression)
             files.append(FileEntry(path=rel, records=len(cols.offset)))
-        self.manifest.commit(Batch(topic=self.journal, partition=p, first=pb.first, last=pb.last,
-                                   records=pb.records, files=files, origin=origin,
-                                   written_at=time.time()))
+        batch = Batch(topic=self.journal, partition=p, first=pb.first, last=pb.last,
+                      records=pb.records, files=files, origin=origin, written_at=time.time())
+        self._fault("before_commit")
+        self.manifest.commit(batch, after_line=lambda: self._fault("after_commit"))
         self.stats.records += pb.records
         self.stats.batches += 1
         self.stats.files += len(files)
