@@ -279,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     from forecast.cli import register as register_forecast
 
     register_forecast(sub)  # allot forecast
+    from archive.cli import register as register_archive
+
+    register_archive(sub)  # allot archive, archive restore, archive status
 
     p = sub.add_parser("explain", help="why a workload is where it is",
                        description="Fold LOG (up to --at) and explain WORKLOAD: its fair-share "

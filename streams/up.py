@@ -19,9 +19,15 @@ nothing is left behind even after ``kill -9``.
 
 What stopping keeps and loses: the embedded Tansu keeps everything in memory,
 so every topic (inbox, journal, dead letter, snapshots, the projections'
-changelogs) is gone when the stack stops. What lasts is what was written to
-disk: the logs, and whatever was exported (``allot journal export``; the demo
-exports its journal and audit database before it stops).
+changelogs) is gone when the stack stops. The journal outlives it in the
+archive (``allot archive``, docs/archive.md; ``--archive DIR``, by default
+``<log dir>/archive``): an archiver child is started first and stopped last
+(after the worker, so it archives the journal to its end), and on the next
+start the journal is restored from it, exact bytes at the same offsets,
+before the worker starts, so the worker folds the same log and comes back
+with the same budgets, hosts, queue and decisions. Snapshots are not kept
+(the worker folds the restored journal), nor the dead letters. The demo runs
+without an archive unless one is given.
 """
 
 from __future__ import annotations
@@ -136,8 +142,13 @@ class Stack:
 
     def __init__(self, settings: WorkerSettings, *, embedded: bool, log_dir: Path,
                  executor: bool = True, projections_port: int | None = None,
-                 executor_args: list[str] | None = None) -> None:
+                 executor_args: list[str] | None = None,
+                 archive_dir: Path | None = None) -> None:
         self.settings = settings
+        # Where the journal is archived (archive/), and restored from on start: the history
+        # that outlives the memory-only embedded broker. None: no archive.
+        self.archive_dir = archive_dir
+        self.restored: Any = None
         self.embedded = embedded
         self.log_dir = log_dir
         self.with_executor = executor
@@ -169,6 +180,18 @@ class Stack:
             asyncio.run(ensure_topics(s.bootstrap, s.topic_prefix, s.partitions,
                                       s.replication_factor))
             env = child_env(s)
+            if self.archive_dir is not None:
+                from archive.restore import restore
+
+                # Before the worker starts: it folds the journal it finds, so it must find
+                # the whole one (a fresh broker has none; a kept Kafka is left alone).
+                self.restored = asyncio.run(restore(s.bootstrap, self.archive_dir,
+                                                    s.topic_prefix))
+                # First started, last stopped: on SIGTERM it archives to the journal's end,
+                # after the worker has written its last batch.
+                self.children.append(Child("archive", ["archive", "--dir", str(self.archive_dir),
+                                                       "--flush-s", "1"], env,
+                                           self.log_dir / "archive.log").start())
             self.children.append(Child("worker", ["worker"], env,
                                        self.log_dir / "worker.log").start())
             if self.with_executor:
@@ -238,7 +261,8 @@ def register(subparsers: Any, auditor: Any = None) -> None:
         description="Start the embedded Tansu broker on 127.0.0.1 (unless a bootstrap server is "
                     "configured), create the topics, and run the worker (with its ticker) and "
                     "the simulated executor until Ctrl-C, which stops everything. The embedded "
-                    "broker keeps everything in memory: stopping loses every topic. With "
+                    "broker keeps everything in memory; the journal is archived to "
+                    "LOG_DIR/archive and restored from there on the next start. With "
                     "--demo, play a scenario through Kafka and end with its audit and replay "
                     "check (this is `make demo`).")
     p.add_argument("--config", default=None, metavar="FILE", help="a TOML settings file")
@@ -251,6 +275,12 @@ def register(subparsers: Any, auditor: Any = None) -> None:
     p.add_argument("--log-dir", type=Path, default=Path("out/up"),
                    help="where the processes write their logs (default out/up)")
     p.add_argument("--no-executor", action="store_true", help="do not run the simulated executor")
+    p.add_argument("--archive", type=Path, default=None, metavar="DIR",
+                   help="archive the journal into DIR and restore it from there on start, so "
+                        "a restarted stack keeps its history (default LOG_DIR/archive; with "
+                        "--demo: no archive unless given)")
+    p.add_argument("--no-archive", action="store_true",
+                   help="keep no archive: the embedded broker's history ends with it")
     p.add_argument("--projections", type=int, default=None, metavar="PORT",
                    help="also run the usage projections, their JSON and dashboard on "
                         "127.0.0.1:PORT (0: any free port)")
@@ -306,8 +336,13 @@ def _run_up(args: Any, con: Any) -> int:
         port = 0  # the demo checks the Faust projections against the audit too
     if port == 0:
         port = free_port()
+    archive_dir = args.archive
+    if archive_dir is None and scenario is None:
+        archive_dir = args.log_dir / "archive"
+    if args.no_archive:
+        archive_dir = None
     stack = Stack(settings, embedded=embedded, log_dir=args.log_dir, projections_port=port,
-                  executor=not args.no_executor)
+                  executor=not args.no_executor, archive_dir=archive_dir)
     stopping = {"flag": False}
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -323,6 +358,11 @@ def _run_up(args: Any, con: Any) -> int:
         con.print(f"[bold]allot up[/]: broker {stack.bootstrap} ({where}); clusters "
                   f"{', '.join(stack.settings.clusters)}; time x{stack.settings.time_scale:g}; "
                   f"logs in {args.log_dir}/")
+        if stack.archive_dir is not None:
+            r = stack.restored
+            con.print(f"archive {stack.archive_dir}/: "
+                      + (f"restored {r.records:,} journal records in {r.seconds:.1f} s"
+                         if r is not None and r.records else "nothing to restore"))
         con.print("pids " + " ".join(f"{k}={v}" for k, v in stack.pids().items()))
         if port is not None:
             con.print(f"usage projections and dashboard: http://{LOOPBACK}:{port}/")
@@ -351,7 +391,9 @@ def _run_up(args: Any, con: Any) -> int:
         bad = {k: v for k, v in codes.items() if v not in (0, None, -signal.SIGTERM)}
         con.print(f"stopped after {time.monotonic() - t0:.1f} s"
                   + (f"; exit codes {bad}" if bad else "")
-                  + ("; the embedded broker's topics are gone" if embedded else ""))
+                  + ("; the embedded broker's topics are gone" if embedded else "")
+                  + (f" (the journal is archived in {stack.archive_dir}/)"
+                     if embedded and stack.archive_dir is not None else ""))
     return code
 
 
