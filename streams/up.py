@@ -137,6 +137,32 @@ class Child:
         return "\n".join(text[-lines:])
 
 
+class Restored:
+    """What ``allot archive restore`` reported (records restored, seconds)."""
+
+    def __init__(self, report: dict[str, Any]) -> None:
+        self.records = sum(int(n) for n in report.get("restored", {}).values())
+        self.seconds = float(report.get("seconds", 0.0))
+
+
+def restore_archive(archive_dir: Path, env: dict[str, str], log_dir: Path) -> Restored:
+    """Run ``allot archive restore --dir archive_dir`` to its end; StackError if it fails."""
+    import json
+
+    if not (archive_dir / "manifest.jsonl").is_file():
+        return Restored({})
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with open(log_dir / "restore.log", "ab") as log:
+        done = subprocess.run([sys.executable, "-m", "allot", "archive", "restore", "--dir",
+                               str(archive_dir), "--json"], env=env, stdout=subprocess.PIPE,
+                              stderr=log, stdin=subprocess.DEVNULL, timeout=3600, check=False)
+    if done.returncode != 0:
+        tail = (log_dir / "restore.log").read_text(errors="replace").strip().splitlines()[-1:]
+        raise StackError(f"restoring the journal from {archive_dir} failed: "
+                         f"{tail[0] if tail else done.returncode}")
+    return Restored(json.loads(done.stdout.decode().strip().splitlines()[-1]))
+
+
 class Stack:
     """The broker (maybe), the topics, the worker, the executor and the projections."""
 
@@ -181,12 +207,10 @@ class Stack:
                                       s.replication_factor))
             env = child_env(s)
             if self.archive_dir is not None:
-                from archive.restore import restore
-
                 # Before the worker starts: it folds the journal it finds, so it must find
-                # the whole one (a fresh broker has none; a kept Kafka is left alone).
-                self.restored = asyncio.run(restore(s.bootstrap, self.archive_dir,
-                                                    s.topic_prefix))
+                # the whole one (a fresh broker has none; a kept Kafka is left alone). Run as
+                # ``allot archive restore`` (streams does not import the archive package).
+                self.restored = restore_archive(self.archive_dir, env, self.log_dir)
                 # First started, last stopped: on SIGTERM it archives to the journal's end,
                 # after the worker has written its last batch.
                 self.children.append(Child("archive", ["archive", "--dir", str(self.archive_dir),

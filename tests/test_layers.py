@@ -27,10 +27,13 @@ ALLOWED: dict[str, set[str]] = {
     "projections": {"events", "native"},
     "scheduler": {"events", "projections", "native"},
     "simulator": {"events", "projections", "scheduler"},
-    "audit": {"events"},
+    "audit": {"events", "archive"},
+    # The archive reads the journal's records through streams.records (the fence) and
+    # writes Parquet; the audit loads an archive through it (issue 25).
+    "archive": {"events", "streams"},
     "streams": {"events", "projections", "scheduler", "simulator", "native", "forecast"},
     "allot": {"events", "projections", "scheduler", "simulator", "audit", "streams", "native",
-              "whatif", "forecast"},
+              "whatif", "forecast", "archive"},
     # The what-if driver runs the core; its history reader and report use the audit.
     "whatif": {"events", "projections", "scheduler", "audit"},
     # Forecasts are pure: a state snapshot and assumptions in, a start estimate out.
