@@ -108,6 +108,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("shares", nargs="+", metavar="CHILD=SHARES", help="e.g. pretrain=40")
     common(p)
     p.set_defaults(func=_guarded(_shares))
+    from streams.state_cli import register_budget_show
+
+    register_budget_show(bsub)  # allot budget show [PATH]
 
     h = subparsers.add_parser("host", help="report host faults and repairs, add hosts",
                               description="Host events on a live allot.")
@@ -171,10 +174,8 @@ class _Ctx(msgspec.Struct, kw_only=True):
 
 
 def _ctx(args: Any) -> _Ctx:
-    from streams import config
 
-    settings = config.load(args.config, flags={"bootstrap": args.bootstrap,
-                                               "topic_prefix": args.topic_prefix})
+    settings = _discovered_settings(args)
     actor = args.actor or default_actor()
     signer = None
     if args.key_file:
@@ -190,6 +191,22 @@ def _ctx(args: Any) -> _Ctx:
     return _Ctx(bootstrap=settings.bootstrap, prefix=settings.topic_prefix,
                 cluster=args.cluster or settings.clusters[0], actor=actor, signer=signer,
                 event_id=args.event_id, timeout=args.timeout, json=args.json)
+
+
+def _discovered_settings(args: Any) -> Any:
+    """Settings from flags, env and --config; the running ``allot up``'s broker if none names one."""
+    from streams import config
+    from streams.state_cli import discovered_bootstrap, read_run_file
+
+    bootstrap = args.bootstrap
+    cfg_names = bool(args.config) and "bootstrap" in config.read_file(args.config)
+    if bootstrap is None and not cfg_names:
+        bootstrap = discovered_bootstrap()
+    flags: dict[str, Any] = {"bootstrap": bootstrap, "topic_prefix": args.topic_prefix}
+    info = read_run_file() if bootstrap is not None and bootstrap != args.bootstrap else None
+    if info and info.get("clusters") and not args.config:
+        flags["clusters"] = tuple(info["clusters"])
+    return config.load(args.config, flags=flags)
 
 
 def _envelope(ctx: _Ctx, prefix: str) -> dict[str, Any]:
