@@ -101,9 +101,9 @@ def state_url(flag: str | None) -> str:
     return str(url).rstrip("/")
 
 
-def get(url: str, path: str, **query: Any) -> dict[str, Any]:
+def get(url: str, route: str, **query: Any) -> dict[str, Any]:
     q = urllib.parse.urlencode({k: v for k, v in query.items() if v not in (None, "")})
-    full = f"{url}{path}" + (f"?{q}" if q else "")
+    full = f"{url}{route}" + (f"?{q}" if q else "")
     try:
         with urllib.request.urlopen(full, timeout=15) as r:
             return json.loads(r.read())  # type: ignore[no-any-return]
