@@ -138,7 +138,12 @@ class MetricsServer:
                             answer = server.routes(parts.path, dict(parse_qsl(parts.query)))
                         except Exception as exc:  # the loop is busy or stopping
                             answer = (503, "text/plain", f"{type(exc).__name__}\n".encode())
-                    if answer is None:
+                    if answer is not None and answer[0] == 302:
+                        self.send_response(302)
+                        self.send_header("Location", answer[2].decode().strip())
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                    elif answer is None:
                         self._send(404, "text/plain", b"not found\n")
                     else:
                         self._send(*answer)

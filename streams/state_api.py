@@ -385,6 +385,10 @@ def http_routes(api: StateApi, on_loop: Any) -> Any:
             "/api/usage": lambda: api.usage(cl),
             "/api/gantt": lambda: api.gantt(cl, num(q, "window_s") or 6 * 3600),
         }
+        if not path.startswith("/api/"):
+            from dashboard.server import route as dashboard_route
+
+            return dashboard_route(path)
         fn = calls.get(path)
         if fn is None and path.startswith("/api/explain/"):
             wid = path[len("/api/explain/"):]
