@@ -67,14 +67,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--gpus", type=int, required=True, help="GPUs in total")
     p.add_argument("--hosts", type=int, default=1, help="hosts of a gang (default 1)")
     p.add_argument("--gpus-per-host", type=int, default=None, help="GPUs per host of a gang")
-    p.add_argument("--min-runtime", type=int, default=3600, metavar="SECONDS",
-                   help="protected (and charged) minimum runtime; 0 = unallocated (default 3600)")
+    from streams.state_cli import duration_value
+
+    p.add_argument("--min-runtime", type=duration_value, default=3600, metavar="DURATION",
+                   help="protected (and charged) minimum runtime: 3600, 10m, 2h, 1:00:00; "
+                        "0 = unallocated (default 1h)")
     p.add_argument("--resumable", action="store_true", help="can resume after a preemption")
     p.add_argument("--priority", type=int, default=0, help="order inside its leaf (default 0)")
     p.add_argument("--kind", default="training", help="training, debug, eval, ... (default training)")
     p.add_argument("--workload", default=None, help="the workload id (default: a fresh one)")
     p.add_argument("--user", default=None, help="the owner (default: --actor)")
-    p.add_argument("--expected-duration", type=int, default=None, metavar="SECONDS",
+    p.add_argument("--expected-duration", type=duration_value, default=None, metavar="DURATION",
                    help="run time the simulated executor plays (the scheduler never reads it)")
     p.add_argument("--follow", action="store_true",
                    help="also wait for the workload's first decision (started, preempted, ...)")

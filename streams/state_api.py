@@ -333,6 +333,9 @@ class StateApi:
                              "allocated": w.allocated, "protected_until": w.protected_until,
                              "ended": None})
         hosts = [[h, st.cluster_state.hosts[h].gpus] for h in sorted(st.cluster_state.hosts)]
+        starts = [r["start"] for r in runs if r["start"] is not None]
+        if starts:  # a young cluster: the window starts at its first run, not hours before
+            lo = max(lo, min(starts) - 60)
         return {"cluster": c, "now": st.now, "from": lo, "hosts": hosts, "runs": runs}
 
 

@@ -150,6 +150,26 @@ def date_value(text: str) -> int:
     return int(d.timestamp())
 
 
+def duration_value(text: str) -> int:
+    """Seconds from ``3600``, ``90s``, ``10m``, ``2h``, ``1d``, ``1h30m`` or Slurm's ``1:00:00`` / ``2-00:00:00``."""
+    import argparse
+    import re
+
+    t = text.strip().lower()
+    if t.isdigit():
+        return int(t)
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+):(\d{1,2})(?::(\d{1,2}))?", t)
+    if m:
+        d, a, b, c = m.groups()
+        h, mi, se = (int(a), int(b), int(c)) if c is not None else (0, int(a), int(b))
+        return int(d or 0) * 86400 + h * 3600 + mi * 60 + se
+    parts = re.findall(r"(\d+(?:\.\d+)?)([dhms])", t)
+    if parts and "".join(n + u for n, u in parts) == t:
+        mult = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+        return int(sum(float(n) * mult[u] for n, u in parts))
+    raise argparse.ArgumentTypeError(f"not a duration: {text!r} (try 3600, 10m, 2h, 1:00:00)")
+
+
 # -- the verbs ---------------------------------------------------------------------------------
 
 def register(subparsers: Any) -> None:
