@@ -117,6 +117,20 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _explain_any(args: argparse.Namespace) -> int:
+    """``explain LOG ID`` folds a log; ``explain ID`` asks the live state API."""
+    given = args.log_and_workload
+    if len(given) > 2:
+        raise CliError("explain takes [LOG] WORKLOAD")
+    if len(given) == 1:
+        from streams.state_cli import live_explain
+
+        args.workload = given[0]
+        return live_explain(args)
+    args.log, args.workload = Path(given[0]), given[1]
+    return _explain(args)
+
+
 def _replay(args: argparse.Namespace) -> int:
     import time
 
@@ -270,6 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
     from streams.view import register as register_top
 
     register_top(sub)  # allot top
+    from streams.state_cli import register as register_state
+
+    register_state(sub)  # allot queue, hosts, history (the worker's state API)
     from streams.projections import register as register_projections
 
     register_projections(sub)  # allot projections
@@ -286,11 +303,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("explain", help="why a workload is where it is",
                        description="Fold LOG (up to --at) and explain WORKLOAD: its fair-share "
                                    "key level by level, its place in line, and what blocks it.")
-    p.add_argument("log", type=Path, help="event log (JSON lines)")
-    p.add_argument("workload", help="workload id")
-    p.add_argument("--at", type=int, help="explain as of this event time (Unix seconds)")
+    p.add_argument("log_and_workload", nargs="+", metavar="[LOG] WORKLOAD",
+                   help="an event log (JSON lines) and a workload id; the id alone explains it "
+                        "on the running allot (its state API)")
+    p.add_argument("--at", type=int, help="with LOG: explain as of this event time (Unix seconds)")
+    p.add_argument("--url", default=None, help="without LOG: the state API (default: allot up's)")
+    p.add_argument("--cluster", default=None, help="without LOG: the cluster")
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")
-    p.set_defaults(func=_explain)
+    p.set_defaults(func=_explain_any)
 
     p = sub.add_parser("demo", help="the embedded default: a small scenario end to end",
                        description="Simulate scenarios/demo.toml under allot and the baseline, "

@@ -323,6 +323,31 @@ def register(subparsers: Any, auditor: Any = None) -> None:
     p.set_defaults(func=_up, auditor=auditor)
 
 
+def wait_ready(stack: Stack, url: str, timeout_s: float = 120.0) -> None:
+    """Until the worker's ``/readyz`` says ready for every configured cluster (or a child dies)."""
+    import json
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    wanted = set(stack.settings.clusters)
+    while time.monotonic() < deadline:
+        dead = stack.dead()
+        if dead:
+            c = dead[0]
+            raise StackError(f"the {c.name} exited with status "
+                             f"{c.proc.returncode if c.proc else '?'} before it was ready; its "
+                             f"log ({c.log_path}) ends with: {c.tail(1)}")
+        try:
+            with urllib.request.urlopen(f"{url}/readyz", timeout=2) as r:
+                body = json.loads(r.read())
+            if body.get("ready") and wanted <= set(body.get("clusters", ())):
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise StackError(f"the worker was not ready after {timeout_s:.0f} s ({url}/readyz)")
+
+
 def _up(args: Any) -> int:
     from rich.console import Console
 
@@ -353,8 +378,18 @@ def _run_up(args: Any, con: Any) -> int:
             flags["tick_interval_s"] = 0.1
     if args.clusters:
         flags["clusters"] = tuple(args.clusters)
+    from streams.state_cli import read_run_file, run_file
+
+    other = read_run_file()
+    if other is not None:
+        raise StackError(f"allot up is already running (pid {other.get('pid')}, broker "
+                         f"{other.get('bootstrap')}, state {other.get('state_url')}); stop it "
+                         f"first, or remove {run_file()} if that process is not allot")
     embedded = not bootstrap_configured(args.config, args.bootstrap)
     settings = config.load(args.config, flags={**flags, "log_format": "json"})
+    if settings.metrics_port < 0:
+        # The verbs and the dashboard read the worker's state API: always serve it.
+        settings = settings.replace(metrics_port=free_port())
     port = args.projections
     if port is None and scenario is not None and not args.no_projections:
         port = 0  # the demo checks the Faust projections against the audit too
@@ -367,7 +402,7 @@ def _run_up(args: Any, con: Any) -> int:
         archive_dir = None
     stack = Stack(settings, embedded=embedded, log_dir=args.log_dir, projections_port=port,
                   executor=not args.no_executor, archive_dir=archive_dir)
-    stopping = {"flag": False}
+    stopping: dict[str, bool] = {"flag": False}
 
     def on_signal(signum: int, _frame: Any) -> None:
         stopping["flag"] = True
@@ -398,6 +433,16 @@ def _run_up(args: Any, con: Any) -> int:
                       projections_port=port, auditor=args.auditor)
             code = 0 if ok else 1
         else:
+            from streams.state_cli import remove_run_file, write_run_file
+
+            url = f"http://{stack.settings.metrics_host}:{stack.settings.metrics_port}"
+            wait_ready(stack, url)
+            path = write_run_file({"pid": os.getpid(), "bootstrap": stack.bootstrap,
+                                   "topic_prefix": stack.settings.topic_prefix,
+                                   "clusters": list(stack.settings.clusters),
+                                   "state_url": url, "dashboard_url": f"{url}/dashboard/"})
+            stopping["run_file"] = True
+            con.print(f"state API {url}/api/  dashboard {url}/dashboard/  (address in {path})")
             con.print("running; Ctrl-C stops everything")
             while True:
                 dead = stack.dead()
@@ -409,6 +454,10 @@ def _run_up(args: Any, con: Any) -> int:
     except KeyboardInterrupt:
         con.print("stopping ...")
     finally:
+        if stopping.get("run_file"):
+            from streams.state_cli import remove_run_file
+
+            remove_run_file(os.getpid())
         for s, h in old.items():
             signal.signal(s, h)
         codes = stack.stop()
