@@ -18,7 +18,7 @@ from events.factory import Inputs
 from identity import keys
 from identity.audit_verify import verify_journal
 from streams import signing
-from tests.kafka import Live, unique_prefix, wait_until
+from tests.kafka import TICK_KEY, Live, unique_prefix, wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -29,7 +29,9 @@ ADMIN = "admin-secret"
 @pytest.fixture(scope="module")
 def live(kafka: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     ring = tmp_path_factory.mktemp("keys") / "keyring.toml"
-    ring.write_text(f'[keys]\nadmin = "{keys.public_hex(keys.public_of(ADMIN.encode()))}"\n')
+    # The auditor's keyring: the admin's and the ticker's public keys (ticks are signed inputs too).
+    ring.write_text(f'[keys]\nadmin = "{keys.public_hex(keys.public_of(ADMIN.encode()))}"\n'
+                    f'"allot.ticker" = "{keys.public_hex(keys.public_of(TICK_KEY.encode()))}"\n')
     lv = Live(kafka, unique_prefix()).start()
     lv.keyring_path = ring  # type: ignore[attr-defined]
     lv.start_worker((CLUSTER,), time_scale=20.0, tick_interval_s=0.25,
