@@ -267,6 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("log", type=Path, help="event log (JSON lines)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_replay)
+    from identity.audit_verify import add_parser as add_audit_verify
+
+    add_audit_verify(audit_sub)  # allot audit verify: re-check journaled inputs' signatures
 
     from streams.cli import register as register_streams
 

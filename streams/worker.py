@@ -68,7 +68,8 @@ from streams.records import (
     journal_headers,
     topic,
 )
-from streams.signing import Keyring
+from identity.keys import public_of
+from streams.signing import Keyring, signature_headers
 from streams.ticker import VirtualClock, make_tick, nudge_id
 
 # A nudge not seen back within this long is considered lost; another may be sent.
@@ -145,7 +146,7 @@ class Worker:
                                     "dead-lettered; configure one key for every worker")
         self.key = key
         keyring = Keyring.from_file(settings.keyring_file) if settings.keyring_file else Keyring()
-        self.keyring = keyring.with_key(settings.ticker_principal, key)
+        self.keyring = keyring.with_key(settings.ticker_principal, public_of(key))
         self.clock = VirtualClock(settings.time_scale)
         self.partitions = 0
         self.owned: dict[int, PartitionState] = {}
@@ -624,7 +625,10 @@ class Worker:
                             time.perf_counter() - t1)
                         st.nudges.pop(ev.cluster, None)
                     out.append((ev.cluster, outcome.value,
-                                journal_headers(KIND_INPUT, st.token, m.offset)))
+                                journal_headers(KIND_INPUT, st.token, m.offset)
+                                # The producer's signature stays with the exact bytes it signed,
+                                # so `allot audit verify` can re-check it later.
+                                + signature_headers(m.headers)))
                     for d in outcome.derived:
                         out.append((ev.cluster, encode(d), journal_headers(KIND_DECISION, st.token)))
                     journaled_inbox[tp.partition] = m.offset

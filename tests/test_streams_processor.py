@@ -18,6 +18,7 @@ from streams.records import (
     JournalRecord,
     encode_claim,
 )
+from identity.keys import public_of
 from streams.signing import Keyring, sign_headers
 from streams.ticker import make_tick
 
@@ -31,7 +32,7 @@ def partition_of(cluster: str) -> int:
 
 
 def make(**kw: object) -> Processor:
-    ring = Keyring({"alice": b"alice-key"}).with_key(TICKER, KEY)
+    ring = Keyring({"alice": public_of(b"alice-key")}).with_key(TICKER, public_of(KEY))
     args: dict[str, object] = dict(clusters=CLUSTERS, partition_of=partition_of, keyring=ring,
                                    ticker_principal=TICKER, worker="w")
     args.update(kw)
