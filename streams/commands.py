@@ -178,7 +178,7 @@ class _Ctx(msgspec.Struct, kw_only=True):
 
 def _ctx(args: Any) -> _Ctx:
 
-    settings = _discovered_settings(args)
+    settings = discovered_settings(args)
     actor = args.actor or default_actor()
     signer = None
     if args.key_file:
@@ -196,7 +196,7 @@ def _ctx(args: Any) -> _Ctx:
                 event_id=args.event_id, timeout=args.timeout, json=args.json)
 
 
-def _discovered_settings(args: Any) -> Any:
+def discovered_settings(args: Any) -> Any:
     """Settings from flags, env and --config; the running ``allot up``'s broker if none names one."""
     from streams import config
     from streams.state_cli import discovered_bootstrap, read_run_file
@@ -250,6 +250,13 @@ def _print(res: Result, as_json: bool) -> None:
         con.print("  " + describe(d))
 
 
+def _when(t: Any) -> str:
+    """A cluster time for people (never epoch seconds)."""
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(int(t), UTC).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
+
+
 def describe(d: dict[str, Any]) -> str:
     """One line for a decision (as plain data), the way people read it."""
     tag = d.get("type", "")
@@ -258,7 +265,7 @@ def describe(d: dict[str, Any]) -> str:
         hosts = ", ".join(f"{s['host']}:{s['gpus']}" for s in d.get("placement", ()))
         prot = d.get("protected_until")
         extra = ("unallocated (free, never protected)" if not d.get("allocated") else
-                 f"protected until {prot}" if prot is not None else "protected until it ends")
+                 f"protected until {_when(prot)} UTC" if prot is not None else "protected until it ends")
         return f"workload.started {w} on {hosts}, {extra} (cause {d.get('cause')})"
     if tag == "workload.preempted":
         return (f"workload.preempted {w}: {d.get('reason')} by {d.get('by')}, "
@@ -266,7 +273,7 @@ def describe(d: dict[str, Any]) -> str:
     if tag in REJECTIONS:
         return f"{tag}: [bold]{d.get('reason')}[/] {d.get('detail', '')}".rstrip()
     if tag == "workload.reserved":
-        return f"workload.reserved {w}: hosts {', '.join(d.get('hosts', ()))} until {d.get('until')}"
+        return f"workload.reserved {w}: hosts {', '.join(d.get('hosts', ()))} until {_when(d.get('until'))} UTC"
     if tag == "host.drained":
         return f"host.drained {d.get('host')}: empty, to automated repair"
     return f"{tag} {d.get('id')}"
