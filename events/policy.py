@@ -39,6 +39,21 @@ class PolicyConfigured(Event, frozen=True, kw_only=True, tag="policy.configured"
     # searches per cycle. Whatever is not examined waits for the next cycle.
     queue_depth: Int64 = 64
     preemption_searches: Int64 = 32
+    # How many blocked workloads may hold a reservation (anti-starvation for gangs).
+    reservations: Int64 = 1
+    # Fair-share usage is evaluated at ``now`` rounded down to this period (as
+    # Slurm's PriorityCalcPeriod): the order cannot drift between two moments of
+    # one period, which makes a cycle with no new events provably idle.
+    fair_share_period_s: Duration = 300
+    # Event ids are remembered this long for deduplication.
+    dedupe_window_s: Duration = DAY_S
+    # How far ahead of the trusted clock an input's ``at`` may be. The live
+    # clock ticks once a second and producers' clocks drift, so a little
+    # slack; more would let a producer pull time forward (protections end at
+    # now), so anything later is rejected as ``future_time``.
+    clock_skew_s: Duration = 30
+    # Knobs added in schema v1 after the first release come last, so older
+    # events encode as before with the new fields appended.
     # How long funded work that starts *borrowing* (beyond its budget's
     # guaranteed fraction of the cluster, at some level of its path) is
     # protected: at most its minimum runtime, at most this. A team coming back
@@ -56,16 +71,3 @@ class PolicyConfigured(Event, frozen=True, kw_only=True, tag="policy.configured"
     # within its share is never time-sliced away, and no two sides can take
     # GPUs back and forth. The window still orders who starts first.
     preemption_rule: Literal["fair_share", "reclaim"] = "fair_share"
-    # How many blocked workloads may hold a reservation (anti-starvation for gangs).
-    reservations: Int64 = 1
-    # Fair-share usage is evaluated at ``now`` rounded down to this period (as
-    # Slurm's PriorityCalcPeriod): the order cannot drift between two moments of
-    # one period, which makes a cycle with no new events provably idle.
-    fair_share_period_s: Duration = 300
-    # Event ids are remembered this long for deduplication.
-    dedupe_window_s: Duration = DAY_S
-    # How far ahead of the trusted clock an input's ``at`` may be. The live
-    # clock ticks once a second and producers' clocks drift, so a little
-    # slack; more would let a producer pull time forward (protections end at
-    # now), so anything later is rejected as ``future_time``.
-    clock_skew_s: Duration = 30

@@ -83,13 +83,14 @@ def _feed(live: Live, sent: dict[int, list[bytes]], done: threading.Event) -> No
     done.set()
 
 
-def _archiver(live: Live, root: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def _archiver(live: Live, root: Path, *extra: str, env: dict[str, str] | None = None,
+              stdout: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
     e = {**os.environ, "ALLOT_LOG_LEVEL": "warning", **(env or {})}
     return subprocess.Popen(
         [sys.executable, "-m", "allot", "archive", "--dir", str(root), "--bootstrap",
          live.bootstrap, "--topic-prefix", live.prefix, "--flush-s", "0.1",
          "--flush-records", "700", *extra],
-        cwd=REPO, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        cwd=REPO, env=e, stdout=stdout, stderr=subprocess.PIPE)
 
 
 def test_kill_9_in_a_loop_archives_every_record_once(live: Live, tmp_path: Path) -> None:
@@ -117,7 +118,7 @@ def test_kill_9_in_a_loop_archives_every_record_once(live: Live, tmp_path: Path)
             kills[fault] += 1
     feeder.join(120)
     assert done.is_set()
-    last = _archiver(live, root, "--once", "--json")
+    last = _archiver(live, root, "--once", "--json", stdout=subprocess.PIPE)
     out, err = last.communicate(timeout=120)
     assert last.returncode == 0, err.decode()
     assert json.loads(out)["records"] >= 0
