@@ -35,7 +35,7 @@ class Guarantees:
     decides after that (``take``, ``give``).
     """
 
-    __slots__ = ("fraction", "gpus", "held", "paths")
+    __slots__ = ("_reclaims", "fraction", "gpus", "held", "paths", "siblings")
 
     def __init__(self, state: State, stopped: Collection[str] = ()) -> None:
         tree = state.budget
@@ -53,6 +53,14 @@ class Guarantees:
             self.fraction[node] = (num * structure.shares[node], den * total) if total else (0, 1)
         # Every node on a leaf's path below the root (the root is guaranteed everything).
         self.paths: dict[str, list[str]] = {p: path[1:] for p, path in structure.paths.items()}
+        # Each node's siblings (the others under its parent), for ``may_reclaim``.
+        self.siblings: dict[str, tuple[str, ...]] = {
+            node: tuple(s for s in structure.children[parent] if s != node)
+            for node in tree.nodes if (parent := structure.parent[node]) is not None}
+        # Answers of ``reclaims`` per (candidate leaf, GPUs), each a dict by victim
+        # leaf. Key: the candidate; lapse: any take or give (a new dict then, so a
+        # rule holding the old one keeps the answers of its own search).
+        self._reclaims: dict[tuple[str, int], dict[str, bool]] = {}
         self.held: dict[str, int] = {}
         for w in state.workloads.running.values():
             if w.allocated and w.id not in stopped:
@@ -87,14 +95,44 @@ class Guarantees:
                 return x, y
         return None
 
+    def reclaims(self, leaf: str, gpus: int, victim_leaf: str) -> bool:
+        """May work of ``leaf`` on ``gpus`` GPUs take back borrowed GPUs from ``victim_leaf``?
+
+        Where the two paths part, the victim's side holds more than its guarantee
+        and the candidate's side, ``gpus`` added, holds no more than its own.
+        """
+        sides = self.sides(leaf, victim_leaf)
+        return sides is not None and self.borrowing(sides[1]) and self.node_within(sides[0], gpus)
+
+    def reclaim_memo(self, leaf: str, gpus: int) -> dict[str, bool]:
+        """The memo of ``reclaims(leaf, gpus, victim_leaf)`` by victim leaf, until the next take or give."""
+        memo = self._reclaims.get((leaf, gpus))
+        if memo is None:
+            memo = self._reclaims[(leaf, gpus)] = {}
+        return memo
+
+    def may_reclaim(self, leaf: str, gpus: int) -> bool:
+        """Could work of ``leaf`` on ``gpus`` GPUs reclaim from any leaf at all?
+
+        False unless some node on its path stays within its guarantee with
+        ``gpus`` added while a sibling of it borrows: every ``reclaims`` answer
+        is then False (its two sides are such a node and sibling).
+        """
+        for node in self.paths.get(leaf, ()):
+            if self.node_within(node, gpus) and any(self.borrowing(s) for s in self.siblings[node]):
+                return True
+        return False
+
     def take(self, leaf: str, gpus: int) -> None:
         """Allocated work of ``leaf`` started on ``gpus`` GPUs."""
+        self._reclaims = {}
         held = self.held
         for node in self.paths.get(leaf, ()):
             held[node] = held.get(node, 0) + gpus
 
     def give(self, leaf: str, gpus: int) -> None:
         """Allocated work of ``leaf`` on ``gpus`` GPUs stopped."""
+        self._reclaims = {}
         held = self.held
         for node in self.paths.get(leaf, ()):
             held[node] = held.get(node, 0) - gpus
