@@ -47,6 +47,7 @@ import native
 from events import ClockTicked, Event, encode, tag_of
 from events.errors import AllotError
 from events.limits import MAX_RECORD_BYTES
+from identity.keys import public_of
 from scheduler import Engine
 from streams import logs, processor, snapshots, topics
 from streams.config import WorkerSettings
@@ -68,7 +69,6 @@ from streams.records import (
     journal_headers,
     topic,
 )
-from identity.keys import public_of
 from streams.signing import Keyring, signature_headers
 from streams.ticker import VirtualClock, make_tick, nudge_id
 

@@ -7,6 +7,7 @@ import pytest
 from events import ClockTicked, Event, WorkloadStarted, encode
 from events.factory import Inputs
 from events.limits import MAX_RECORD_BYTES
+from identity.keys import public_of
 from scheduler import Engine
 from streams import processor
 from streams.processor import Accepted, Dead, InboxRecord, PartitionFold, Processor, Skipped
@@ -18,7 +19,6 @@ from streams.records import (
     JournalRecord,
     encode_claim,
 )
-from identity.keys import public_of
 from streams.signing import Keyring, sign_headers
 from streams.ticker import make_tick
 
