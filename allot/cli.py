@@ -302,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     from archive.cli import register as register_archive
 
     register_archive(sub)  # allot archive, archive restore, archive status
+    from monitor.cli import register as register_monitor
+
+    register_monitor(sub)  # allot monitor --host NAME
 
     p = sub.add_parser("explain", help="why a workload is where it is",
                        description="Fold LOG (up to --at) and explain WORKLOAD: its fair-share "
