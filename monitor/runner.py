@@ -144,8 +144,10 @@ class Monitor:
 
 def initial_state(health: str | None) -> MonitorState:
     """The state to start from, given the host's health as the scheduler holds it (if known)."""
-    if health in ("degraded", "failed"):
-        return MonitorState(faulted=True, severity=health)  # type: ignore[arg-type]
+    if health == "degraded":
+        return MonitorState(faulted=True, severity="degraded")
+    if health in ("failed", "repairing"):  # repairing: drained, nothing left to escalate for
+        return MonitorState(faulted=True, severity="failed")
     return MonitorState()
 
 
