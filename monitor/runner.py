@@ -84,7 +84,7 @@ class Monitor:
     def event_for(self, t: Transition, now: float) -> Event:
         eid = ID_BAD_CHARS.sub("-", f"monitor:{self.host}:{t.key}")[:128]
         env: dict[str, Any] = {"id": eid, "at": int(now), "cluster": self.cluster,
-                               "actor": self.actor, "source": "allot-monitor"}
+                               "actor": self.actor, "source": "host-monitor"}
         if t.kind == "fault":
             assert t.severity is not None
             return HostFaulted(**env, host=self.host, severity=t.severity, reason=t.reason[:1000])
