@@ -150,6 +150,16 @@ def date_value(text: str) -> int:
     return int(d.timestamp())
 
 
+def time_value(text: str) -> int:
+    """``date_value`` for argparse: a bad date is a usage error (one line), not an exception."""
+    import argparse
+
+    try:
+        return date_value(text)
+    except StateApiError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def duration_value(text: str) -> int:
     """Seconds from ``3600``, ``90s``, ``10m``, ``2h``, ``1d``, ``1h30m`` or Slurm's ``1:00:00`` / ``2-00:00:00``."""
     import argparse
