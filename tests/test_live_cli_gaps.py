@@ -97,6 +97,12 @@ def test_cli_gaps(kafka: str, monkeypatch: pytest.MonkeyPatch,
         # cancel --user: one cancel per pending or running workload of bob (3 of them).
         code, out, _ = run("cancel", "--user", "bob", "--dry-run", "--actor", "bob")
         assert code == 0 and out.count("would cancel") == 3, out
+        code, out, _ = run("cancel", "--budget", "lab/a", "--user", "bob", "--dry-run",
+                           "--actor", "bob", "--json")
+        assert code == 0 and {r["workload"] for r in json.loads(out)["would_cancel"]} == {
+            "wa", "wc", long_id}
+        code, out, _ = run("cancel", "--budget", "lab/zz", "--actor", "bob")
+        assert code == 0 and "nothing to cancel" in out and "budget lab/zz" in out
         assert not [e for e in live.events(C) if isinstance(e, WorkloadCancelled)]
         code, out, _ = run("cancel", "--user", "bob", "--actor", "bob")
         assert code == 0 and "3 of 3 workload(s) of user bob cancelled" in out, out
