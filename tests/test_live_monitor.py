@@ -113,3 +113,65 @@ def test_monitor_faults_and_repairs_a_host(kafka: str, tmp_path: Path) -> None:
     looks = [json.loads(line) for line in out.splitlines() if line.startswith("{\"host\"")]
     assert [lk["published"] for lk in looks if lk["transition"]] == ["accepted", "accepted"], out
     assert "Traceback" not in out
+
+
+def test_a_signed_monitor_on_a_worker_that_requires_signatures(kafka: str, tmp_path: Path) -> None:
+    """With --key-file the events are signed as the monitor's actor; unsigned ones are refused."""
+    from identity import keys
+    from streams import signing
+    from tests.kafka import TICK_KEY
+
+    root_secret, mon_secret = "root-secret", "monitor-h1-secret"
+    ring = tmp_path / "keyring.toml"
+    ring.write_text(f'[keys]\nroot = "{keys.public_hex(keys.public_of(root_secret.encode()))}"\n'
+                    f'monitor-h1 = "{keys.public_hex(keys.public_of(mon_secret.encode()))}"\n'
+                    f'"allot.ticker" = "{keys.public_hex(keys.public_of(TICK_KEY.encode()))}"\n')
+    key_file = tmp_path / "monitor.key"
+    key_file.write_text(mon_secret + "\n")
+    prefix = unique_prefix()
+    live = Live(kafka, prefix).start()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").symlink_to(FIXTURES / "fake-nvidia-smi")
+    answer = tmp_path / "answer"
+    answer.write_text((FIXTURES / "ecc-uncorrected.csv").read_text())
+    try:
+        now = int(time.time())
+        env = dict(at=now, cluster=C, actor="root", source="test")
+        for e in (BudgetNodeDefined(id="b0", path="lab", shares=1, managers=("root",), **env),
+                  HostAdded(id="h1", host="h1", gpus=8, **env)):
+            live.send(e, sign_as=("root", root_secret))
+        live.start_worker((C,), keyring_file=str(ring), require_signatures=True)
+        live.wait_event(C, lambda e: isinstance(e, HostAdded), timeout=30, what="h1 added")
+        penv = {k: v for k, v in os.environ.items()
+                if not k.startswith("ALLOT_") and k != "KAFKA_BOOTSTRAP_SERVERS"}
+        penv.update(ALLOT_CORE="pure", FAKE_NVIDIA_SMI_OUTPUT=str(answer),
+                    PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+                    ALLOT_RUN_DIR=str(tmp_path / "run"))
+        base = [sys.executable, "-m", "allot", "monitor", "--host", "h1", "--interval", "0.1",
+                "--fault-after", "2", "--looks", "2", "--bootstrap", kafka, "--topic-prefix",
+                prefix, "--cluster", C, "--json", "--timeout", "15"]
+
+        def looks(extra: list[str]) -> list[dict]:
+            p = subprocess.run(base + extra, cwd=REPO, env=penv, capture_output=True, text=True,
+                               timeout=90)
+            assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+            return [json.loads(line) for line in p.stdout.splitlines()]
+
+        unsigned = looks([])
+        assert unsigned[-1]["transition"] == "fault" and unsigned[-1]["published"] == "rejected"
+        assert signing.UNSIGNED in unsigned[-1]["detail"] and not unsigned[-1]["faulted"]
+        signed = looks(["--key-file", str(key_file)])
+        assert signed[-1]["published"] == "accepted" and signed[-1]["faulted"]
+        fault = live.wait_event(C, lambda e: isinstance(e, HostFaulted), timeout=15)
+        assert isinstance(fault, HostFaulted)
+        assert (fault.actor, fault.severity, fault.reason) == (
+            "monitor-h1", "degraded", "GPU 5: 2 uncorrected ECC error(s)")
+        # The journaled input keeps the monitor's signature: an audit re-verifies it.
+        from identity.audit_verify import verify_journal
+
+        report = live.bg.run(verify_journal(live.bootstrap, signing.Keyring.from_file(ring),
+                                            live.prefix))
+        assert report.failed == 0 and report.by_signer.get("monitor-h1") == 1
+    finally:
+        live.close()
