@@ -14,9 +14,8 @@ The budget policy (allot) lets a candidate take:
   when, at the level where their paths part, the victim's side holds more
   than its guaranteed fraction of the cluster and the candidate's side, with
   the candidate added, no more than its own (``reclaim``; Kueue's
-  reclaimWithinCohort); and, for a candidate too large to stay within its
-  guarantee, the victim's side's *borrowed* work by the fair-share test below
-  (``fair_share``). Work within its share is never taken by another leaf;
+  reclaimWithinCohort). Work within its share is never taken by another
+  leaf;
 - another leaf's work, under ``preemption_rule = "fair_share"``: only when,
   at the level where their paths part, the candidate's side is still strictly
   less used per share than the victim's side after adding the candidate's own
@@ -122,10 +121,9 @@ class BudgetRule(Rule):
     guaranteed and the candidate's side, with the candidate's GPUs added, holds
     no more than it is. Reclaiming takes borrowed work whatever its gang's
     size (the lender's share is owed now, and the borrower knew it borrowed).
-    Borrowed work (the victim's side above its guarantee) is also shared by
-    fair share, with the usual gang-size limit, for a candidate that cannot
-    reclaim it because its own gang would take its side past its guarantee;
-    work within its share is never taken by another leaf.
+    Work within its share is never taken by another leaf. A candidate whose
+    own gang would take its side past its guarantee reclaims nothing: it waits
+    for free GPUs or for a reservation (docs/simulation.md, the limit).
     """
 
     __slots__ = ("_by_leaf", "_sides", "budget", "commitment", "due", "gpus", "guarantees",
@@ -192,13 +190,10 @@ class BudgetRule(Rule):
                 return RESERVATION if on_due else None
             if leaf == self.budget:
                 return PRIORITY if v.priority < self.priority else None
-            # A candidate that cannot reclaim (its own gang would take its side
-            # past its guarantee) still shares *borrowed* GPUs by fair share:
-            # else a team whose jobs are larger than its guarantee would wait
-            # for as long as another team's borrowed work runs.
-            g = self.guarantees
-            if g is not None and g.lent_by(self.budget, leaf) and self.fair_share(leaf):
-                return FAIR_SHARE
+            # (A candidate whose own gang would take its side past its guarantee
+            # takes nothing here: it waits for free GPUs or a due reservation.
+            # Letting it share borrowed GPUs by fair share was tried and made
+            # ai2-month several times slower to schedule; docs/simulation.md.)
             return RESERVATION if on_due else None
         if len(v.placement) > self.hosts:
             return None  # never tear down a gang larger than oneself: it frees hosts unused
