@@ -52,3 +52,9 @@ class PolicyConfigured(Event, frozen=True, kw_only=True, tag="policy.configured"
     # slack; more would let a producer pull time forward (protections end at
     # now), so anything later is rejected as ``future_time``.
     clock_skew_s: Duration = 30
+    # How long a preempted run may take to stop (SIGTERM, then SIGKILL at the
+    # end of it): its GPUs take no other work until the executor reports
+    # ``workload.stopped`` or this has passed. A workload may ask for less
+    # (``grace_s``). 0: the GPUs are free at the preemption itself (the model
+    # every log before this knob ran under).
+    preemption_grace_s: Duration = 0
