@@ -9,8 +9,8 @@ import native
 # The compiled form of the core's modules, when this process runs it (``native``).
 __path__ = native.extend_path(__path__, __name__)
 
-from scheduler.policy.cycle import Outcome, decide
 from scheduler.engine import Engine
+from scheduler.policy.cycle import Outcome, decide
 from scheduler.state import State
 
 __all__ = ["Engine", "Outcome", "State", "decide"]

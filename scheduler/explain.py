@@ -27,8 +27,8 @@ from __future__ import annotations
 import msgspec
 
 from projections.workloads import PENDING, RUNNING
-from scheduler.policy.cycle import Outcome, decide
 from scheduler.index.fair_share_order import Level, Ranking, commitments
+from scheduler.policy.cycle import Outcome, decide
 from scheduler.state import State
 
 

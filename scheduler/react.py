@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from events import ClockTicked, Event, HostFaulted
-from scheduler.policy import baseline, cycle
 from scheduler.emit import Emitter
+from scheduler.policy import baseline, cycle
 from scheduler.verdict import Reject, Verdict
 
 if TYPE_CHECKING:

@@ -26,8 +26,8 @@ from projections.cluster import FAILED
 from projections.workloads import Workload
 from scheduler.emit import Emitter
 from scheduler.policy.placement import Capacity
-from scheduler.policy.victims import VictimIndex, flat_costs
 from scheduler.policy.rules import baseline_rule
+from scheduler.policy.victims import VictimIndex, flat_costs
 
 if TYPE_CHECKING:
     from events import Event

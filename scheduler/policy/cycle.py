@@ -42,11 +42,11 @@ import msgspec
 from projections.cluster import FAILED
 from projections.workloads import Workload
 from scheduler.emit import Emitter
-from scheduler.policy.placement import NEVER, Capacity
-from scheduler.policy.victims import CostModel, Plan, VictimIndex, checkpoint_rule
 from scheduler.index.fair_share_order import Ranking, commitments, fair_share_time
+from scheduler.policy.placement import NEVER, Capacity
 from scheduler.policy.reservations import Book, Frees, Reservation, ready_times, size_class
 from scheduler.policy.rules import BudgetRule, Due
+from scheduler.policy.victims import CostModel, Plan, VictimIndex, checkpoint_rule
 
 if TYPE_CHECKING:
     from events import Event
