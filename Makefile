@@ -25,7 +25,15 @@ $(NATIVE): $(STAMP) $(CORE_SOURCES)
 native: $(STAMP)  ## compile the core with mypyc into build/native (done by every target that runs it)
 	$(PY) -m native.build
 
-test: $(STAMP) $(NATIVE)  ## run the test suite (starts its own Kafka broker where needed)
+# The dashboard's browser test drives Debian's Chromium (never a downloaded one);
+# installed here when missing and apt can, else that one test is skipped, saying why.
+BROWSER := /usr/bin/chromium
+$(BROWSER):
+	-@command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] \
+		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null \
+		|| echo "make: no $(BROWSER) (apt-get install -y chromium); the browser test will be skipped"
+
+test: $(STAMP) $(NATIVE) | $(BROWSER)  ## run the test suite (starts its own Kafka broker where needed)
 	$(PY) -m pytest
 
 demo: $(STAMP) $(NATIVE)  ## play scenarios/demo.toml through Kafka on the embedded stack; audit + replay

@@ -14,6 +14,8 @@ The live system on Kafka (``streams/``; docs/live.md, docs/live-clients.md):
     allot executor            the simulated executor: runs started work, reports finishes
     allot projections         the Faust usage projections and their loopback endpoint
     allot top                 the live queue, ranked with its sort metric, and the running set
+    allot whatif HISTORY      re-simulate a recorded period under another policy, side by side
+    allot forecast WORKLOAD   when will a pending workload start, and what it waits on
     allot journal ...         read the live journal (export it for the audit)
 
 Every command has ``--help``. Errors print one line and exit with status 2:
@@ -78,7 +80,8 @@ def _simulate(args: argparse.Namespace) -> int:
         return 0
     run_scenario(args.scenario, policies, args.out, plots=not args.no_plots,
                  knobs=dict(args.set or []), horizon_days=args.horizon_days, seed=args.seed,
-                 warmup_s=args.warmup_s)
+                 warmup_s=args.warmup_s,
+                 over_cap="reject" if args.reject_over_cap else "clamp")
     return 0
 
 
@@ -112,6 +115,20 @@ def _explain(args: argparse.Namespace) -> int:
     for line in exp.summary:
         con.print(f"- {escape(line)}")
     return 0
+
+
+def _explain_any(args: argparse.Namespace) -> int:
+    """``explain LOG ID`` folds a log; ``explain ID`` asks the live state API."""
+    given = args.log_and_workload
+    if len(given) > 2:
+        raise CliError("explain takes [LOG] WORKLOAD")
+    if len(given) == 1:
+        from streams.state_cli import live_explain
+
+        args.workload = given[0]
+        return live_explain(args)
+    args.log, args.workload = Path(given[0]), given[1]
+    return _explain(args)
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -232,6 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run N seeds (from the scenario's, in parallel processes) and report "
                         "each figure's mean and 95 %% t-interval; writes OUT/seeds.json, no logs")
     p.add_argument("--workers", type=int, help="with --seeds: processes (default: one per core)")
+    p.add_argument("--reject-over-cap", action="store_true",
+                   help="send contracts longer than min_runtime_cap_s as they are (the scheduler "
+                        "refuses them) instead of clamping them to the cap as their owner would "
+                        "resubmit them (the default); the run says how many either way")
     p.set_defaults(func=_simulate)
 
     from audit.cli import register as register_audit
@@ -246,6 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("log", type=Path, help="event log (JSON lines)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_replay)
+    from identity.audit_verify import add_parser as add_audit_verify
+
+    add_audit_verify(audit_sub)  # allot audit verify: re-check journaled inputs' signatures
 
     from streams.cli import register as register_streams
 
@@ -263,18 +287,33 @@ def build_parser() -> argparse.ArgumentParser:
     from streams.view import register as register_top
 
     register_top(sub)  # allot top
+    from streams.state_cli import register as register_state
+
+    register_state(sub)  # allot queue, hosts, history (the worker's state API)
     from streams.projections import register as register_projections
 
     register_projections(sub)  # allot projections
+    from whatif.cli import register as register_whatif
+
+    register_whatif(sub)  # allot whatif
+    from forecast.cli import register as register_forecast
+
+    register_forecast(sub)  # allot forecast
+    from archive.cli import register as register_archive
+
+    register_archive(sub)  # allot archive, archive restore, archive status
 
     p = sub.add_parser("explain", help="why a workload is where it is",
                        description="Fold LOG (up to --at) and explain WORKLOAD: its fair-share "
                                    "key level by level, its place in line, and what blocks it.")
-    p.add_argument("log", type=Path, help="event log (JSON lines)")
-    p.add_argument("workload", help="workload id")
-    p.add_argument("--at", type=int, help="explain as of this event time (Unix seconds)")
+    p.add_argument("log_and_workload", nargs="+", metavar="[LOG] WORKLOAD",
+                   help="an event log (JSON lines) and a workload id; the id alone explains it "
+                        "on the running allot (its state API)")
+    p.add_argument("--at", type=int, help="with LOG: explain as of this event time (Unix seconds)")
+    p.add_argument("--url", default=None, help="without LOG: the state API (default: allot up's)")
+    p.add_argument("--cluster", default=None, help="without LOG: the cluster")
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")
-    p.set_defaults(func=_explain)
+    p.set_defaults(func=_explain_any)
 
     p = sub.add_parser("demo", help="the embedded default: a small scenario end to end",
                        description="Simulate scenarios/demo.toml under allot and the baseline, "

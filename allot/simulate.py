@@ -34,7 +34,7 @@ import native
 from allot.errors import CliError
 from audit.load import load_log, open_db
 from audit.report import render, summary
-from events import write_log
+from events import PolicyConfigured, write_log
 from simulator.driver import Simulation, load_sources
 from simulator.scenario import Scenario, ScenarioError, check_policy, load_scenario, validate
 from simulator.sources.generator import GeneratorError
@@ -87,11 +87,15 @@ def run_scenario(
     seed: int | None = None,
     warmup_s: int | None = None,
     console: Console | None = None,
+    over_cap: str = "clamp",
 ) -> dict[str, Any]:
     """Simulate, audit and report; return the summary written to summary.json.
 
     ``warmup_s`` is the start of each run left out of every figure (default: the
-    audit's, one lookback window).
+    audit's, one lookback window). ``over_cap`` is what a submission whose
+    minimum runtime exceeds the policy's cap does: "clamp" (its owner resubmits
+    it at the cap, the default) or "reject" (sent as is, refused); the summary
+    counts both (``clamped_over_cap``, ``refused_over_cap``).
     """
     console = console or Console(stderr=True)
     path = Path(path)
@@ -110,7 +114,7 @@ def run_scenario(
     facts: dict[str, dict[str, Any]] = {}
     logs: dict[str, Path] = {}
     for policy in policies:
-        sim = Simulation(scenario, policy, path.parent, sources)
+        sim = Simulation(scenario, policy, path.parent, sources, over_cap=over_cap)
         with Progress(TextColumn(f"simulating [bold]{policy:8s}[/]"), BarColumn(),
                       TextColumn("{task.fields[day]}"), TimeElapsedColumn(),
                       console=console, transient=False) as bar:
@@ -132,10 +136,22 @@ def run_scenario(
             "wall_seconds": round(result.wall_seconds, 2),
             "speedup_vs_real_time": round(result.sim_seconds / max(result.wall_seconds, 1e-9)),
             "core": core.name,
+            "clamped_over_cap": result.clamped,
+            "refused_over_cap": result.refused_over_cap,
+            "refused_over_cap_gpu_h": round(result.refused_over_cap_gpu_s / 3600, 1),
         }
         console.print(f"  {policy}: {len(result.log):,} events, {result.cycles:,} cycles, "
                       f"{result.wall_seconds:.1f} s wall "
                       f"({facts[policy]['speedup_vs_real_time']:,}x real time)")
+        if result.clamped or result.refused_over_cap:
+            cap = msgspec.convert({"id": "cap", "at": 0, **scenario.policy},
+                                  PolicyConfigured).min_runtime_cap_s
+            refused = (f"{result.refused_over_cap:,} refused "
+                       f"({result.refused_over_cap_gpu_s / 3600:,.0f} GPU-hours of work)"
+                       if result.refused_over_cap else "none refused")
+            console.print(f"  {policy}: contracts over the {cap:,} s cap: "
+                          f"{result.clamped:,} clamped to the cap (sent as their owners would "
+                          f"resubmit them), {refused}")
     db_path = out / "sim.duckdb"
     if db_path.exists():
         db_path.unlink()

@@ -77,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
                                    "accepts: a log cut mid-line loads the lines before the cut; "
                                    "a bad line in the middle refuses the load unless --skip-bad. "
                                    "A run that already exists is replaced only with --replace.")
-    p.add_argument("log", metavar="LOG", help="the event log (.jsonl, .jsonl.gz or .parquet)")
+    p.add_argument("log", metavar="LOG", help="the event log (.jsonl, .jsonl.gz or .parquet), or an archive directory (docs/archive.md)")
     _db_option(p)
     p.add_argument("--run", metavar="NAME",
                    help="the run's name (default: the log's directory name)")

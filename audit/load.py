@@ -92,21 +92,28 @@ def load_log(con: duckdb.DuckDBPyConnection, path: str | os.PathLike[str], run: 
 
 def load(con: duckdb.DuckDBPyConnection, path: str | os.PathLike[str], run: str | None = None,
          *, replace: bool = False, skip_bad: bool = False) -> LoadResult:
-    """Load a JSON-lines (optionally gzip) or ``.parquet`` log as run ``run`` (default: its directory).
+    """Load a JSON-lines (optionally gzip) or ``.parquet`` log, or an archive directory, as a run.
+
+    ``run`` defaults to the log's directory (an archive's own name).
 
     Raises RunExists when the run already has events and ``replace`` is False,
     and LogLoadError when the file is missing or is not a log the audit can
     load (naming the first bad line); either way the database is left as it was.
     """
     p = Path(path)
-    if not p.is_file():
+    from archive.events import is_archive
+
+    archived = is_archive(p)
+    if not archived and not p.is_file():
         raise LogLoadError(f"no such log file: {p}")
-    run = run or default_run_name(p)
+    run = run or (p.resolve().name if archived else default_run_name(p))
     # The views and derived tables must exist (this also re-derives stale runs).
     create_views(con)
     if not replace:
         _refuse_existing(con, run)
-    if p.suffix == ".parquet":
+    if archived:
+        result = _load_archive(con, p, run, skip_bad)
+    elif p.suffix == ".parquet":
         result = _load_parquet(con, p, run, skip_bad)
     else:
         result = _load_json(con, p, run, skip_bad)
@@ -127,6 +134,29 @@ def _refuse_existing(con: duckdb.DuckDBPyConnection, run: str) -> None:
     raise RunExists(
         f"run {run!r} already holds {row[0]:,} events{source}; load this log as another run "
         f"with --run NAME, or pass --replace to replace it")
+
+
+# -- an archive (archive/, docs/archive.md) -------------------------------------------------
+
+
+def _load_archive(con: duckdb.DuckDBPyConnection, root: Path, run: str,
+                  skip_bad: bool) -> LoadResult:
+    """An archive directory: its events (fenced, deduplicated, grouped) as JSON lines, then those.
+
+    ``archive.events`` reads the journal records the way the export does and
+    writes each kept event's bytes as one line; the lines then load like any
+    log, every one decoded by ``events.decode``. The run's source is the archive.
+    """
+    from archive.events import write_events
+
+    with tempfile.TemporaryDirectory(prefix="allot-load-archive-") as tmp:
+        lines = Path(tmp) / "events.jsonl"
+        with open(lines, "wb") as out:
+            write_events(root, out)
+        result = _load_json(con, lines, run, skip_bad)
+    con.execute(f"UPDATE {LOADED_RUNS} SET source = ? WHERE run = ?", [str(root), run])
+    return LoadResult(run, str(root), result.events, result.lines, result.skipped, result.cut,
+                      result.rewritten)
 
 
 # -- JSON lines ----------------------------------------------------------------------------

@@ -52,6 +52,25 @@ class PolicyConfigured(Event, frozen=True, kw_only=True, tag="policy.configured"
     # slack; more would let a producer pull time forward (protections end at
     # now), so anything later is rejected as ``future_time``.
     clock_skew_s: Duration = 30
+    # Knobs added in schema v1 after the first release come last, so older
+    # events encode as before with the new fields appended.
+    # How long funded work that starts *borrowing* (beyond its budget's
+    # guaranteed fraction of the cluster, at some level of its path) is
+    # protected: at most its minimum runtime, at most this. A team coming back
+    # to its idle share then takes it back within this time, not after up to
+    # the whole minimum runtime (scheduler/policy/guarantee.py). None protects
+    # every funded start for its whole minimum runtime.
+    borrowed_protection_s: Duration | None = None
+    # Which running work of another budget a candidate may take once it is past
+    # its protection. "fair_share": whenever, at the level where their paths
+    # part, the candidate's side is less used per share over the window than
+    # the victim's (time slicing by windowed usage). "reclaim": only work of a
+    # side holding more than its guaranteed fraction of the cluster, and only
+    # for a candidate whose side stays within its own (Kueue's
+    # reclaimWithinCohort): borrowed GPUs go back to their owner at once, work
+    # within its share is never time-sliced away, and no two sides can take
+    # GPUs back and forth. The window still orders who starts first.
+    preemption_rule: Literal["fair_share", "reclaim"] = "fair_share"
     # How long a preempted run may take to stop (SIGTERM, then SIGKILL at the
     # end of it): its GPUs take no other work until the executor reports
     # ``workload.stopped`` or this has passed. A workload may ask for less

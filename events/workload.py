@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Literal
 
 from events.base import Event, Slot
-from events.limits import Array, Duration, Int64, Text
+from events.limits import Array, Duration, Int64, PathText, Text
 
 
 class WorkloadKind:
@@ -75,9 +75,9 @@ class WorkloadSubmitted(Event, frozen=True, kw_only=True, tag="workload.submitte
     # preemption, within the grace, so the requeued run can restore
     # (it gets ``ALLOT_RESTORE_FROM``).
     command: Array[Text] | None = None
-    workdir: Text | None = None
+    workdir: PathText | None = None
     env: Array[Text] | None = None
-    log_path: Text | None = None
+    log_path: PathText | None = None
     time_limit_s: Duration | None = None
     grace_s: Duration | None = None
     checkpoint_command: Array[Text] | None = None
@@ -128,6 +128,7 @@ class WorkloadReserved(Event, frozen=True, kw_only=True, tag="workload.reserved"
 
 PreemptionReason = Literal[
     "fair_share",           # a better-ranked allocation needed the GPUs
+    "reclaim",              # an allocation within its guaranteed share took back borrowed GPUs
     "reclaim_unallocated",  # allocated work reclaimed GPUs lent to unallocated work
     "priority",             # same allocation, higher priority (or the baseline's priority)
     "host_drain",           # the host is degraded and the protection ended

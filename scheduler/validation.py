@@ -70,7 +70,8 @@ def _policy(state, e: PolicyConfigured) -> Verdict:
         if getattr(e, name) < 1:
             return Reject("input", InputReason.BAD_POLICY, f"{name} must be >= 1")
     if e.min_runtime_cap_s < 0 or e.reservations < 0 or e.team_depth < 0 \
-            or e.dedupe_window_s < 0 or e.clock_skew_s < 0 or e.preemption_grace_s < 0:
+            or e.dedupe_window_s < 0 or e.clock_skew_s < 0 or e.preemption_grace_s < 0 \
+            or (e.borrowed_protection_s is not None and e.borrowed_protection_s < 0):
         return Reject("input", InputReason.BAD_POLICY, "negative knob")
     if e.window_s < e.bucket_s:
         return Reject("input", InputReason.BAD_POLICY, "window_s must be >= bucket_s")
@@ -284,9 +285,13 @@ def _stopped(state, e: WorkloadStopped) -> Verdict:
     if e.workload not in state.workloads.all:
         return Reject("input", InputReason.UNKNOWN_WORKLOAD, f"no workload {e.workload!r}")
     if (e.workload, e.run_number) not in state.stopping:
-        # Late (the grace ran out first), repeated, or from an executor that saw a
-        # preemption with no grace: nothing is held, nothing to do.
-        return Ignore(f"run {e.run_number} of {e.workload!r} holds no GPUs")
+        # Late (the grace ran out first), repeated, for a run never preempted, or
+        # from an executor that saw a preemption with no grace: nothing is held,
+        # nothing to do, and the journal says so (a copy of the same report, same
+        # id, is dropped before this as a duplicate).
+        return Reject("input", InputReason.NOT_STOPPING,
+                      f"run {e.run_number} of {e.workload!r} holds no GPUs "
+                      "(not preempted, already stopped, or its grace ended)")
     return None
 
 

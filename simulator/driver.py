@@ -62,6 +62,11 @@ from simulator.spec import BudgetNodeSpec, SquatterSpec, WorkloadSpec
 FINISH, REPAIR, FAULT, SUBMIT, CANCEL, TICK = range(6)
 
 
+# What the simulated owner does with a contract longer than the policy's cap:
+# resubmit it with the minimum runtime clamped to the cap (a change of cap must
+# not look better by refusing work), or send it as is and let it be refused.
+OVER_CAP = ("clamp", "reject")
+
 # A non-resumable victim's owner notices and resubmits it this long after the preemption.
 RESUBMIT_DELAY_S = 60
 
@@ -101,6 +106,12 @@ class SimResult(msgspec.Struct, kw_only=True):
     resubmitted: int = 0         # resubmissions of victims that could not resume
     holds: int = 0               # squatters' holds submitted
     debug_in_holds: int = 0      # squatters' debug workloads run inside their holds
+    # Submissions whose minimum runtime is over the policy's cap: clamped to the
+    # cap (as their owner would resubmit them, the default) or sent as they are
+    # and refused by the scheduler (``over_cap="reject"``).
+    clamped: int = 0
+    refused_over_cap: int = 0
+    refused_over_cap_gpu_s: int = 0  # the GPU-time (gpus x duration) of the refused ones
 
 
 def load_sources(scenario: Scenario, base_dir: Path) -> SourceOutput:
@@ -146,7 +157,10 @@ class Simulation:
     """One scenario under one policy."""
 
     def __init__(self, scenario: Scenario, policy: str, base_dir: Path,
-                 sources: SourceOutput | None = None) -> None:
+                 sources: SourceOutput | None = None, over_cap: str = "clamp") -> None:
+        if over_cap not in OVER_CAP:
+            raise ValueError(f"over_cap must be one of {OVER_CAP}, got {over_cap!r}")
+        self.over_cap = over_cap
         self.scenario = scenario
         self.policy = policy
         self.base_dir = base_dir
@@ -233,6 +247,8 @@ class Simulation:
         hold_seq: dict[str, int] = {}
         holds = 0
         debug_in_holds = 0
+        clamped = refused_over_cap = refused_over_cap_gpu_s = 0
+        clamp = self.over_cap == "clamp"
 
         def new_hold(user: str, t: int) -> None:
             nonlocal holds
@@ -379,7 +395,15 @@ class Simulation:
                         debug_in_holds += 1
                         continue
                     wanted += spec.gpus
-                    feed(mk.submit(spec.workload, spec.budget, spec.gpus, spec.min_runtime_s,
+                    min_runtime_s = spec.min_runtime_s
+                    if min_runtime_s > state.policy.min_runtime_cap_s:
+                        if clamp:
+                            min_runtime_s = state.policy.min_runtime_cap_s
+                            clamped += 1
+                        else:
+                            refused_over_cap += 1
+                            refused_over_cap_gpu_s += spec.gpus * spec.duration_s
+                    feed(mk.submit(spec.workload, spec.budget, spec.gpus, min_runtime_s,
                                    at=at, user=spec.user, hosts=spec.hosts,
                                    resumable=spec.resumable, priority=spec.priority,
                                    kind=spec.kind, expected_duration_s=spec.duration_s,
@@ -422,6 +446,9 @@ class Simulation:
             resubmitted=resubmitted,
             holds=holds,
             debug_in_holds=debug_in_holds,
+            clamped=clamped,
+            refused_over_cap=refused_over_cap,
+            refused_over_cap_gpu_s=refused_over_cap_gpu_s,
         )
 
     def _schedule_faults(self, push: Callable[[int, int, object], None], horizon: int) -> None:
@@ -442,9 +469,10 @@ class Simulation:
 
 
 def simulate(scenario: Scenario, policy: str, base_dir: Path,
-             progress: Callable[[int, int], None] | None = None) -> SimResult:
+             progress: Callable[[int, int], None] | None = None,
+             over_cap: str = "clamp") -> SimResult:
     """Run ``scenario`` under ``policy`` ("allot" or "baseline")."""
-    return Simulation(scenario, policy, base_dir).run(progress)
+    return Simulation(scenario, policy, base_dir, over_cap=over_cap).run(progress)
 
 
-__all__ = ["PolicyConfigured", "SimResult", "Simulation", "load_sources", "simulate"]
+__all__ = ["OVER_CAP", "PolicyConfigured", "SimResult", "Simulation", "load_sources", "simulate"]

@@ -124,9 +124,10 @@ def _worker(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from streams.commands import discovered_settings
     from streams.export import export_journal
 
-    settings = config.load(args.config, flags=_collect(args, {"bootstrap": 0, "topic_prefix": 0}))
+    settings = discovered_settings(args)  # the running ``allot up``'s broker if none is named
     report = asyncio.run(export_journal(settings.bootstrap, args.out, prefix=settings.topic_prefix,
                                         clusters=args.only_clusters,
                                         complete_only=not args.keep_incomplete,

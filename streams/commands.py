@@ -67,14 +67,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--gpus", type=int, required=True, help="GPUs in total")
     p.add_argument("--hosts", type=int, default=1, help="hosts of a gang (default 1)")
     p.add_argument("--gpus-per-host", type=int, default=None, help="GPUs per host of a gang")
-    p.add_argument("--min-runtime", type=int, default=3600, metavar="SECONDS",
-                   help="protected (and charged) minimum runtime; 0 = unallocated (default 3600)")
+    from streams.state_cli import duration_value
+
+    p.add_argument("--min-runtime", type=duration_value, default=3600, metavar="DURATION",
+                   help="protected (and charged) minimum runtime: 3600, 10m, 2h, 1:00:00; "
+                        "0 = unallocated (default 1h)")
     p.add_argument("--resumable", action="store_true", help="can resume after a preemption")
     p.add_argument("--priority", type=int, default=0, help="order inside its leaf (default 0)")
     p.add_argument("--kind", default="training", help="training, debug, eval, ... (default training)")
     p.add_argument("--workload", default=None, help="the workload id (default: a fresh one)")
     p.add_argument("--user", default=None, help="the owner (default: --actor)")
-    p.add_argument("--expected-duration", type=int, default=None, metavar="SECONDS",
+    p.add_argument("--expected-duration", type=duration_value, default=None, metavar="DURATION",
                    help="run time the simulated executor plays (the scheduler never reads it)")
     p.add_argument("--follow", action="store_true",
                    help="also wait for the workload's first decision (started, preempted, ...)")
@@ -108,6 +111,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("shares", nargs="+", metavar="CHILD=SHARES", help="e.g. pretrain=40")
     common(p)
     p.set_defaults(func=_guarded(_shares))
+    from streams.state_cli import register_budget_show
+
+    register_budget_show(bsub)  # allot budget show [PATH]
 
     h = subparsers.add_parser("host", help="report host faults and repairs, add hosts",
                               description="Host events on a live allot.")
@@ -171,10 +177,8 @@ class _Ctx(msgspec.Struct, kw_only=True):
 
 
 def _ctx(args: Any) -> _Ctx:
-    from streams import config
 
-    settings = config.load(args.config, flags={"bootstrap": args.bootstrap,
-                                               "topic_prefix": args.topic_prefix})
+    settings = discovered_settings(args)
     actor = args.actor or default_actor()
     signer = None
     if args.key_file:
@@ -190,6 +194,22 @@ def _ctx(args: Any) -> _Ctx:
     return _Ctx(bootstrap=settings.bootstrap, prefix=settings.topic_prefix,
                 cluster=args.cluster or settings.clusters[0], actor=actor, signer=signer,
                 event_id=args.event_id, timeout=args.timeout, json=args.json)
+
+
+def discovered_settings(args: Any) -> Any:
+    """Settings from flags, env and --config; the running ``allot up``'s broker if none names one."""
+    from streams import config
+    from streams.state_cli import discovered_bootstrap, read_run_file
+
+    bootstrap = args.bootstrap
+    cfg_names = bool(args.config) and "bootstrap" in config.read_file(args.config)
+    if bootstrap is None and not cfg_names:
+        bootstrap = discovered_bootstrap()
+    flags: dict[str, Any] = {"bootstrap": bootstrap, "topic_prefix": args.topic_prefix}
+    info = read_run_file() if bootstrap is not None and bootstrap != args.bootstrap else None
+    if info and info.get("clusters") and not args.config:
+        flags["clusters"] = tuple(info["clusters"])
+    return config.load(args.config, flags=flags)
 
 
 def _envelope(ctx: _Ctx, prefix: str) -> dict[str, Any]:
@@ -230,6 +250,13 @@ def _print(res: Result, as_json: bool) -> None:
         con.print("  " + describe(d))
 
 
+def _when(t: Any) -> str:
+    """A cluster time for people (never epoch seconds)."""
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(int(t), UTC).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
+
+
 def describe(d: dict[str, Any]) -> str:
     """One line for a decision (as plain data), the way people read it."""
     tag = d.get("type", "")
@@ -238,7 +265,7 @@ def describe(d: dict[str, Any]) -> str:
         hosts = ", ".join(f"{s['host']}:{s['gpus']}" for s in d.get("placement", ()))
         prot = d.get("protected_until")
         extra = ("unallocated (free, never protected)" if not d.get("allocated") else
-                 f"protected until {prot}" if prot is not None else "protected until it ends")
+                 f"protected until {_when(prot)} UTC" if prot is not None else "protected until it ends")
         return f"workload.started {w} on {hosts}, {extra} (cause {d.get('cause')})"
     if tag == "workload.preempted":
         return (f"workload.preempted {w}: {d.get('reason')} by {d.get('by')}, "
@@ -246,7 +273,7 @@ def describe(d: dict[str, Any]) -> str:
     if tag in REJECTIONS:
         return f"{tag}: [bold]{d.get('reason')}[/] {d.get('detail', '')}".rstrip()
     if tag == "workload.reserved":
-        return f"workload.reserved {w}: hosts {', '.join(d.get('hosts', ()))} until {d.get('until')}"
+        return f"workload.reserved {w}: hosts {', '.join(d.get('hosts', ()))} until {_when(d.get('until'))} UTC"
     if tag == "host.drained":
         return f"host.drained {d.get('host')}: empty, to automated repair"
     return f"{tag} {d.get('id')}"

@@ -10,6 +10,9 @@ serves it on ``metrics_host:metrics_port`` (127.0.0.1 by default):
   snapshots, restarts of a partition (claims).
 - ``GET /healthz``: 200 with a small JSON body while the processing loop ran
   recently, 503 when it is stuck or stopped.
+- ``GET /readyz``: 200 once the worker owns its partitions, rebuilt, and
+  every owned cluster's clock has ticked; 503 before (``ready`` false).
+- ``GET /api/...`` and the dashboard: further routes (``streams.state_api``).
 - ``GET /state``: per owned partition, the journal offset the engines reflect
   and each cluster's state fingerprint (a digest of the whole state), taken
   between two batches; for tests and operators comparing a worker with a fold
@@ -88,13 +91,20 @@ class MetricsServer:
     def __init__(self, metrics: WorkerMetrics, host: str = "127.0.0.1", port: int = 0,
                  health: Callable[[], dict[str, Any]] | None = None,
                  stale_after_s: float = 30.0,
-                 state: Callable[[], dict[str, Any]] | None = None) -> None:
+                 state: Callable[[], dict[str, Any]] | None = None,
+                 ready: Callable[[], dict[str, Any]] | None = None,
+                 routes: Callable[[str, dict[str, str]], tuple[int, str, bytes] | None] | None = None,
+                 ) -> None:
         if host in ("0.0.0.0", "::", ""):
             raise ValueError("the metrics server binds one address, never every interface")
         self.metrics = metrics
         self.health = health or (lambda: {})
         self.stale_after_s = stale_after_s
         self.state = state
+        self.ready = ready
+        # Further GET routes (the state API, the dashboard): path and query -> (code, type,
+        # body), or None when the path is not theirs.
+        self.routes = routes
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -114,8 +124,29 @@ class MetricsServer:
                         self._send(503, "text/plain", f"{type(exc).__name__}\n".encode())
                         return
                     self._send(200, "application/json", body)
+                elif self.path.split("?")[0] == "/readyz":
+                    body = {"ready": False, **(server.ready() if server.ready else {})}
+                    self._send(200 if body["ready"] else 503, "application/json",
+                               json.dumps(body).encode())
                 else:
-                    self._send(404, "text/plain", b"not found\n")
+                    answer = None
+                    if server.routes is not None:
+                        from urllib.parse import parse_qsl, urlsplit
+
+                        parts = urlsplit(self.path)
+                        try:
+                            answer = server.routes(parts.path, dict(parse_qsl(parts.query)))
+                        except Exception as exc:  # the loop is busy or stopping
+                            answer = (503, "text/plain", f"{type(exc).__name__}\n".encode())
+                    if answer is not None and answer[0] == 302:
+                        self.send_response(302)
+                        self.send_header("Location", answer[2].decode().strip())
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                    elif answer is None:
+                        self._send(404, "text/plain", b"not found\n")
+                    else:
+                        self._send(*answer)
 
             def _send(self, code: int, ctype: str, body: bytes) -> None:
                 self.send_response(code)

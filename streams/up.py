@@ -19,9 +19,15 @@ nothing is left behind even after ``kill -9``.
 
 What stopping keeps and loses: the embedded Tansu keeps everything in memory,
 so every topic (inbox, journal, dead letter, snapshots, the projections'
-changelogs) is gone when the stack stops. What lasts is what was written to
-disk: the logs, and whatever was exported (``allot journal export``; the demo
-exports its journal and audit database before it stops).
+changelogs) is gone when the stack stops. The journal outlives it in the
+archive (``allot archive``, docs/archive.md; ``--archive DIR``, by default
+``<log dir>/archive``): an archiver child is started first and stopped last
+(after the worker, so it archives the journal to its end), and on the next
+start the journal is restored from it, exact bytes at the same offsets,
+before the worker starts, so the worker folds the same log and comes back
+with the same budgets, hosts, queue and decisions. Snapshots are not kept
+(the worker folds the restored journal), nor the dead letters. The demo runs
+without an archive unless one is given.
 """
 
 from __future__ import annotations
@@ -131,13 +137,44 @@ class Child:
         return "\n".join(text[-lines:])
 
 
+class Restored:
+    """What ``allot archive restore`` reported (records restored, seconds)."""
+
+    def __init__(self, report: dict[str, Any]) -> None:
+        self.records = sum(int(n) for n in report.get("restored", {}).values())
+        self.seconds = float(report.get("seconds", 0.0))
+
+
+def restore_archive(archive_dir: Path, env: dict[str, str], log_dir: Path) -> Restored:
+    """Run ``allot archive restore --dir archive_dir`` to its end; StackError if it fails."""
+    import json
+
+    if not (archive_dir / "manifest.jsonl").is_file():
+        return Restored({})
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with open(log_dir / "restore.log", "ab") as log:
+        done = subprocess.run([sys.executable, "-m", "allot", "archive", "restore", "--dir",
+                               str(archive_dir), "--json"], env=env, stdout=subprocess.PIPE,
+                              stderr=log, stdin=subprocess.DEVNULL, timeout=3600, check=False)
+    if done.returncode != 0:
+        tail = (log_dir / "restore.log").read_text(errors="replace").strip().splitlines()[-1:]
+        raise StackError(f"restoring the journal from {archive_dir} failed: "
+                         f"{tail[0] if tail else done.returncode}")
+    return Restored(json.loads(done.stdout.decode().strip().splitlines()[-1]))
+
+
 class Stack:
     """The broker (maybe), the topics, the worker, the executor and the projections."""
 
     def __init__(self, settings: WorkerSettings, *, embedded: bool, log_dir: Path,
                  executor: bool = True, projections_port: int | None = None,
-                 executor_args: list[str] | None = None) -> None:
+                 executor_args: list[str] | None = None,
+                 archive_dir: Path | None = None) -> None:
         self.settings = settings
+        # Where the journal is archived (archive/), and restored from on start: the history
+        # that outlives the memory-only embedded broker. None: no archive.
+        self.archive_dir = archive_dir
+        self.restored: Any = None
         self.embedded = embedded
         self.log_dir = log_dir
         self.with_executor = executor
@@ -169,6 +206,16 @@ class Stack:
             asyncio.run(ensure_topics(s.bootstrap, s.topic_prefix, s.partitions,
                                       s.replication_factor))
             env = child_env(s)
+            if self.archive_dir is not None:
+                # Before the worker starts: it folds the journal it finds, so it must find
+                # the whole one (a fresh broker has none; a kept Kafka is left alone). Run as
+                # ``allot archive restore`` (streams does not import the archive package).
+                self.restored = restore_archive(self.archive_dir, env, self.log_dir)
+                # First started, last stopped: on SIGTERM it archives to the journal's end,
+                # after the worker has written its last batch.
+                self.children.append(Child("archive", ["archive", "--dir", str(self.archive_dir),
+                                                       "--flush-s", "1"], env,
+                                           self.log_dir / "archive.log").start())
             self.children.append(Child("worker", ["worker"], env,
                                        self.log_dir / "worker.log").start())
             if self.with_executor:
@@ -238,7 +285,8 @@ def register(subparsers: Any, auditor: Any = None) -> None:
         description="Start the embedded Tansu broker on 127.0.0.1 (unless a bootstrap server is "
                     "configured), create the topics, and run the worker (with its ticker) and "
                     "the simulated executor until Ctrl-C, which stops everything. The embedded "
-                    "broker keeps everything in memory: stopping loses every topic. With "
+                    "broker keeps everything in memory; the journal is archived to "
+                    "LOG_DIR/archive and restored from there on the next start. With "
                     "--demo, play a scenario through Kafka and end with its audit and replay "
                     "check (this is `make demo`).")
     p.add_argument("--config", default=None, metavar="FILE", help="a TOML settings file")
@@ -251,6 +299,12 @@ def register(subparsers: Any, auditor: Any = None) -> None:
     p.add_argument("--log-dir", type=Path, default=Path("out/up"),
                    help="where the processes write their logs (default out/up)")
     p.add_argument("--no-executor", action="store_true", help="do not run the simulated executor")
+    p.add_argument("--archive", type=Path, default=None, metavar="DIR",
+                   help="archive the journal into DIR and restore it from there on start, so "
+                        "a restarted stack keeps its history (default LOG_DIR/archive; with "
+                        "--demo: no archive unless given)")
+    p.add_argument("--no-archive", action="store_true",
+                   help="keep no archive: the embedded broker's history ends with it")
     p.add_argument("--projections", type=int, default=None, metavar="PORT",
                    help="also run the usage projections, their JSON and dashboard on "
                         "127.0.0.1:PORT (0: any free port)")
@@ -267,6 +321,31 @@ def register(subparsers: Any, auditor: Any = None) -> None:
     p.add_argument("--no-view", action="store_true",
                    help="with --demo: print progress lines instead of the live view")
     p.set_defaults(func=_up, auditor=auditor)
+
+
+def wait_ready(stack: Stack, url: str, timeout_s: float = 120.0) -> None:
+    """Until the worker's ``/readyz`` says ready for every configured cluster (or a child dies)."""
+    import json
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    wanted = set(stack.settings.clusters)
+    while time.monotonic() < deadline:
+        dead = stack.dead()
+        if dead:
+            c = dead[0]
+            raise StackError(f"the {c.name} exited with status "
+                             f"{c.proc.returncode if c.proc else '?'} before it was ready; its "
+                             f"log ({c.log_path}) ends with: {c.tail(1)}")
+        try:
+            with urllib.request.urlopen(f"{url}/readyz", timeout=2) as r:
+                body = json.loads(r.read())
+            if body.get("ready") and wanted <= set(body.get("clusters", ())):
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise StackError(f"the worker was not ready after {timeout_s:.0f} s ({url}/readyz)")
 
 
 def _up(args: Any) -> int:
@@ -299,16 +378,31 @@ def _run_up(args: Any, con: Any) -> int:
             flags["tick_interval_s"] = 0.1
     if args.clusters:
         flags["clusters"] = tuple(args.clusters)
+    from streams.state_cli import read_run_file, run_file
+
+    other = read_run_file()
+    if other is not None:
+        raise StackError(f"allot up is already running (pid {other.get('pid')}, broker "
+                         f"{other.get('bootstrap')}, state {other.get('state_url')}); stop it "
+                         f"first, or remove {run_file()} if that process is not allot")
     embedded = not bootstrap_configured(args.config, args.bootstrap)
     settings = config.load(args.config, flags={**flags, "log_format": "json"})
+    if settings.metrics_port < 0:
+        # The verbs and the dashboard read the worker's state API: always serve it.
+        settings = settings.replace(metrics_port=free_port())
     port = args.projections
     if port is None and scenario is not None and not args.no_projections:
         port = 0  # the demo checks the Faust projections against the audit too
     if port == 0:
         port = free_port()
+    archive_dir = args.archive
+    if archive_dir is None and scenario is None:
+        archive_dir = args.log_dir / "archive"
+    if args.no_archive:
+        archive_dir = None
     stack = Stack(settings, embedded=embedded, log_dir=args.log_dir, projections_port=port,
-                  executor=not args.no_executor)
-    stopping = {"flag": False}
+                  executor=not args.no_executor, archive_dir=archive_dir)
+    stopping: dict[str, bool] = {"flag": False}
 
     def on_signal(signum: int, _frame: Any) -> None:
         stopping["flag"] = True
@@ -323,6 +417,11 @@ def _run_up(args: Any, con: Any) -> int:
         con.print(f"[bold]allot up[/]: broker {stack.bootstrap} ({where}); clusters "
                   f"{', '.join(stack.settings.clusters)}; time x{stack.settings.time_scale:g}; "
                   f"logs in {args.log_dir}/")
+        if stack.archive_dir is not None:
+            r = stack.restored
+            con.print(f"archive {stack.archive_dir}/: "
+                      + (f"restored {r.records:,} journal records in {r.seconds:.1f} s"
+                         if r is not None and r.records else "nothing to restore"))
         con.print("pids " + " ".join(f"{k}={v}" for k, v in stack.pids().items()))
         if port is not None:
             con.print(f"usage projections and dashboard: http://{LOOPBACK}:{port}/")
@@ -334,6 +433,16 @@ def _run_up(args: Any, con: Any) -> int:
                       projections_port=port, auditor=args.auditor)
             code = 0 if ok else 1
         else:
+            from streams.state_cli import remove_run_file, write_run_file
+
+            url = f"http://{stack.settings.metrics_host}:{stack.settings.metrics_port}"
+            wait_ready(stack, url)
+            path = write_run_file({"pid": os.getpid(), "bootstrap": stack.bootstrap,
+                                   "topic_prefix": stack.settings.topic_prefix,
+                                   "clusters": list(stack.settings.clusters),
+                                   "state_url": url, "dashboard_url": f"{url}/dashboard/"})
+            stopping["run_file"] = True
+            con.print(f"state API {url}/api/  dashboard {url}/dashboard/  (address in {path})")
             con.print("running; Ctrl-C stops everything")
             while True:
                 dead = stack.dead()
@@ -345,13 +454,19 @@ def _run_up(args: Any, con: Any) -> int:
     except KeyboardInterrupt:
         con.print("stopping ...")
     finally:
+        if stopping.get("run_file"):
+            from streams.state_cli import remove_run_file
+
+            remove_run_file(os.getpid())
         for s, h in old.items():
             signal.signal(s, h)
         codes = stack.stop()
         bad = {k: v for k, v in codes.items() if v not in (0, None, -signal.SIGTERM)}
         con.print(f"stopped after {time.monotonic() - t0:.1f} s"
                   + (f"; exit codes {bad}" if bad else "")
-                  + ("; the embedded broker's topics are gone" if embedded else ""))
+                  + ("; the embedded broker's topics are gone" if embedded else "")
+                  + (f" (the journal is archived in {stack.archive_dir}/)"
+                     if embedded and stack.archive_dir is not None else ""))
     return code
 
 

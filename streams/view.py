@@ -181,11 +181,10 @@ def _top(args: Any) -> int:
     import sys
 
     from events.errors import AllotError
-    from streams import config
+    from streams.commands import discovered_settings
 
     try:
-        settings = config.load(args.config, flags={"bootstrap": args.bootstrap,
-                                                   "topic_prefix": args.topic_prefix})
+        settings = discovered_settings(args)  # the running ``allot up``'s broker if none is named
         cluster = args.cluster or settings.clusters[0]
         return asyncio.run(_run_top(settings.bootstrap, settings.topic_prefix, cluster, args))
     except AllotError as exc:

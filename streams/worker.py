@@ -47,6 +47,7 @@ import native
 from events import ClockTicked, Event, encode, tag_of
 from events.errors import AllotError
 from events.limits import MAX_RECORD_BYTES
+from identity.keys import public_of
 from scheduler import Engine
 from streams import logs, processor, snapshots, topics
 from streams.config import WorkerSettings
@@ -68,7 +69,7 @@ from streams.records import (
     journal_headers,
     topic,
 )
-from streams.signing import Keyring
+from streams.signing import Keyring, signature_headers
 from streams.ticker import VirtualClock, make_tick, nudge_id
 
 # A nudge not seen back within this long is considered lost; another may be sent.
@@ -145,7 +146,7 @@ class Worker:
                                     "dead-lettered; configure one key for every worker")
         self.key = key
         keyring = Keyring.from_file(settings.keyring_file) if settings.keyring_file else Keyring()
-        self.keyring = keyring.with_key(settings.ticker_principal, key)
+        self.keyring = keyring.with_key(settings.ticker_principal, public_of(key))
         self.clock = VirtualClock(settings.time_scale)
         self.partitions = 0
         self.owned: dict[int, PartitionState] = {}
@@ -166,6 +167,9 @@ class Worker:
         self._tasks: list[asyncio.Task[Any]] = []
         self._last_commit = time.monotonic()
         self._children: dict[tuple[int, str, type], Any] = {}
+        from streams.state_api import StateApi
+        # The JSON state API (queue, hosts, budgets, explain, history) and what it records.
+        self.state_api = StateApi(self)
 
     # -- public view (for the live view, the executor, tests) -------------------------------
 
@@ -229,8 +233,19 @@ class Worker:
             def state() -> dict[str, Any]:
                 return asyncio.run_coroutine_threadsafe(self.state_report(), loop).result(10)
 
+            from streams.state_api import http_routes
+
+            async def under_lock(fn: Callable[[], Any]) -> Any:
+                async with self._lock:
+                    return fn()
+
+            def on_loop(fn: Callable[[], Any]) -> Any:
+                return asyncio.run_coroutine_threadsafe(under_lock(fn), loop).result(10)
+
+            routes = http_routes(self.state_api, on_loop)
             self._server = MetricsServer(self.metrics, s.metrics_host, s.metrics_port,
-                                         health=self._health, state=state).start()
+                                         health=self._health, state=state,
+                                         ready=self._readiness, routes=routes).start()
             self.log.info("metrics.listening", address=f"{s.metrics_host}:{self.metrics_address[1]}"
                           if self.metrics_address else None)
         self.log.info("worker.started", bootstrap=s.bootstrap, group=s.group,
@@ -313,6 +328,15 @@ class Worker:
                                               "now": e.state.now, "position": e.state.position}
                                           for c, e in sorted(st.engines.items())}}
                     for p, st in sorted(self.owned.items())}
+
+    def _readiness(self) -> dict[str, Any]:
+        """Ready: the assignment is rebuilt and every owned cluster's clock has ticked."""
+        owned = self.owned_clusters()
+        engines = self.engines()
+        unticked = sorted(c for c in owned if c not in engines or engines[c].state.now <= 0)
+        ready = self.ready.is_set() and not self._to_take and bool(self.owned) and not unticked
+        return {"ready": ready, "worker": self.name, "partitions": sorted(self.owned),
+                "clusters": sorted(owned), "unticked": unticked}
 
     def _health(self) -> dict[str, Any]:
         return {"worker": self.name, "partitions": sorted(self.owned),
@@ -446,6 +470,9 @@ class Worker:
                 st.engines[c] = processor.new_engine(c)
         for c, e in st.engines.items():
             self.clock.anchor(c, e.state.now)
+        for c in self.settings.clusters:
+            if partition_for(c, self.partitions) == p and st.engines[c].state.now <= 0:
+                await self._first_tick(st, c)
         tp = TopicPartition(self.inbox, p)
         resume = fold.last_inbox_offset + 1
         first = await begin_offset(self._reader, self.inbox, p)
@@ -476,6 +503,31 @@ class Worker:
                 await self._send_tick(c, p)  # time starts now, not a tick interval later
         if not self._to_take:
             self.ready.set()
+
+    async def _first_tick(self, st: PartitionState, cluster: str) -> None:
+        """Start a cluster that never ticked: journal a tick before any inbox record.
+
+        Without it, inputs already waiting in the inbox of a newly claimed cluster
+        are handled at clock 0 and rejected as ``future_time`` (the claim's own
+        tick goes to the end of the inbox, behind them).
+        """
+        assert self._processor is not None and self._producer is not None
+        tick = make_tick(cluster, self.clock.now(cluster), self.settings.ticker_principal,
+                         self.key)
+        rec = InboxRecord(topic=self.inbox, partition=st.partition, offset=-1, key=tick.key,
+                          value=tick.value, headers=tuple(tick.headers))
+        outcome = self._processor.handle(rec, st.engines)
+        if not isinstance(outcome, Accepted):
+            self.log.warning("clock.first_tick_refused", cluster=cluster)
+            return
+        futs = [await self._producer.send(self.journal, outcome.value, key=cluster.encode(),
+                                          partition=st.partition,
+                                          headers=journal_headers(KIND_INPUT, st.token))]
+        for d in outcome.derived:
+            futs.append(await self._producer.send(self.journal, encode(d), key=cluster.encode(),
+                                                  partition=st.partition,
+                                                  headers=journal_headers(KIND_DECISION, st.token)))
+        st.own.wrote([int((await f).offset) for f in futs])
 
     def _anomaly_logger(self, log: Any) -> Callable[[str, Any, str], None]:
         def report(kind: str, record: Any, detail: str) -> None:
@@ -573,10 +625,19 @@ class Worker:
                             time.perf_counter() - t1)
                         st.nudges.pop(ev.cluster, None)
                     out.append((ev.cluster, outcome.value,
-                                journal_headers(KIND_INPUT, st.token, m.offset)))
+                                journal_headers(KIND_INPUT, st.token, m.offset)
+                                # The producer's signature stays with the exact bytes it signed,
+                                # so `allot audit verify` can re-check it later.
+                                + signature_headers(m.headers)))
                     for d in outcome.derived:
                         out.append((ev.cluster, encode(d), journal_headers(KIND_DECISION, st.token)))
                     journaled_inbox[tp.partition] = m.offset
+                    engine = st.engines.get(ev.cluster)
+                    if engine is not None:
+                        runs = self.state_api.runs
+                        runs.observe(ev, engine)
+                        for d in outcome.derived:
+                            runs.observe(d, engine)
                     self._count(self.metrics.inputs, ev.cluster, type(ev))
                     for d in outcome.derived:
                         self._count(self.metrics.decisions, ev.cluster, type(d))

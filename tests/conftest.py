@@ -34,3 +34,16 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield broker.bootstrap
     finally:
         broker.stop()
+
+
+@pytest.fixture(autouse=True)
+def _own_run_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test (and every ``allot up`` it starts) writes its run file in a directory of its own.
+
+    ``allot up`` tells the other verbs where it listens through a run file
+    (``streams.state_cli.run_file``); without this a test's stack would
+    overwrite, or remove, the file of a stack the user runs beside the suite.
+    A test that sets ``ALLOT_RUN_DIR`` itself keeps its own value.
+    """
+    if "ALLOT_RUN_DIR" not in os.environ:
+        monkeypatch.setenv("ALLOT_RUN_DIR", str(tmp_path_factory.mktemp("run")))

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from events import Event, decode, encode
+from events import ClockTicked, Event, decode, encode
 from streams import config
 from streams.config import WorkerSettings
 from streams.processor import InboxRecord
@@ -411,7 +411,14 @@ def check_journal(live: Live, partition: int, last_offset: int, last_inbox: int)
         events.setdefault(e.cluster, []).append(e)
         if r.kind == "input":
             inputs += 1
-            assert r.inbox_offset is not None
+            if r.inbox_offset is None:
+                # Only the worker's own first tick of a newly claimed cluster is
+                # journaled without coming from the inbox (Worker._first_tick).
+                # Its id is the tick's own, so the ticker's copy in the inbox is a
+                # duplicate of it: "journaled before any inbox offset".
+                assert isinstance(e, ClockTicked), f"input {e.id} has no inbox offset"
+                input_offsets[e.id] = -1
+                continue
             input_offsets[e.id] = r.inbox_offset
             journaled_inbox.append(r.inbox_offset)
         else:

@@ -31,8 +31,8 @@ from sim_helpers import shipped_log
 from projections.workloads import Workload
 from scheduler.policy import victims as victims_mod
 from scheduler.policy.placement import Capacity
-from scheduler.policy.victims import CostModel, Plan, VictimIndex, flat_costs
 from scheduler.policy.rules import ANY_SPAN, Rule
+from scheduler.policy.victims import CostModel, Plan, VictimIndex, flat_costs
 
 
 @dataclass

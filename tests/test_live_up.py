@@ -64,7 +64,7 @@ def _wait_gone(pids: dict[str, int], timeout: float = 20) -> list[str]:
 
 def test_ctrl_c_stops_everything_cleanly(tmp_path: Path) -> None:
     proc, pids = _start(tmp_path)
-    assert set(pids) == {"worker", "executor", "broker"}
+    assert set(pids) == {"archive", "worker", "executor", "broker"}
     assert all(_alive(p) for p in pids.values())
     time.sleep(2)  # let the worker claim and tick
     proc.send_signal(signal.SIGINT)

@@ -7,6 +7,7 @@ import pytest
 from events import ClockTicked, Event, WorkloadStarted, encode
 from events.factory import Inputs
 from events.limits import MAX_RECORD_BYTES
+from identity.keys import public_of
 from scheduler import Engine
 from streams import processor
 from streams.processor import Accepted, Dead, InboxRecord, PartitionFold, Processor, Skipped
@@ -31,7 +32,7 @@ def partition_of(cluster: str) -> int:
 
 
 def make(**kw: object) -> Processor:
-    ring = Keyring({"alice": b"alice-key"}).with_key(TICKER, KEY)
+    ring = Keyring({"alice": public_of(b"alice-key")}).with_key(TICKER, public_of(KEY))
     args: dict[str, object] = dict(clusters=CLUSTERS, partition_of=partition_of, keyring=ring,
                                    ticker_principal=TICKER, worker="w")
     args.update(kw)

@@ -43,6 +43,7 @@ from projections.cluster import FAILED
 from projections.workloads import Workload
 from scheduler.emit import Emitter
 from scheduler.index.fair_share_order import Ranking, commitments, fair_share_time
+from scheduler.policy.guarantee import Guarantees, protection_end
 from scheduler.policy.placement import NEVER, Capacity
 from scheduler.policy.reservations import Book, Frees, Reservation, ready_times, size_class
 from scheduler.policy.rules import BudgetRule, Due
@@ -142,6 +143,7 @@ class Cycle:
         self._ranking: Ranking | None = None
         self._costs: CostModel | None = None
         self._frees: Frees | None = None
+        self._guarantees: Guarantees | None = None
         # Per leaf, (hosts, GPUs per host, commitment) of searches that found no plan.
         self.failed: dict[str, list[tuple[int, int, int]]] = {}
         self.to_reserve: list[Workload] = []  # noted for a reservation, not yet worked out
@@ -225,7 +227,7 @@ class Cycle:
         pending = self.state.workloads.all
         for wid, r in sorted(self.book.due.items(), key=lambda kv: (kv[1].until, kv[0])):
             w = pending[wid]
-            started = self.place(w, BudgetRule(self.ranking, w, Due(frozenset(r.hosts), r.since)),
+            started = self.place(w, self.rule(w, Due(frozenset(r.hosts), r.since)),
                                  budgeted=False)
             self.book.release(w)
             if started:
@@ -471,7 +473,7 @@ class Cycle:
         costs = self.costs
         memo = None if rule is not None else self.failures()
         if memo is None:
-            return victims.search(n, k, ends_by, self.capacity, rule or BudgetRule(self.ranking, w),
+            return victims.search(n, k, ends_by, self.capacity, rule or self.rule(w),
                                   w.id, costs)
         key = ("search", _identity(w), self._blocked(w.id, ends_by))
         known: Any = memo.get(key)
@@ -480,7 +482,7 @@ class Cycle:
             serial, kind, seen, asked = known  # type: ignore[misc]
             if serial != victims.serial:
                 # An earlier build of this world: protections ended since (``recheck``).
-                own = BudgetRule(self.ranking, w)
+                own = self.rule(w)
                 again = victims.recheck(kind, seen, serial, n, k, ends_by, self.capacity, own, w.id)
                 if again is None:
                     known = None
@@ -495,7 +497,7 @@ class Cycle:
         trail: set[str] = set()
         costs.trail = trail
         try:
-            plan = victims.search(n, k, ends_by, self.capacity, own or BudgetRule(self.ranking, w),
+            plan = victims.search(n, k, ends_by, self.capacity, own or self.rule(w),
                                   w.id, costs)
         finally:
             costs.trail = None
@@ -531,8 +533,10 @@ class Cycle:
             return None
         if self._failures is None:  # the world is the state's: looked up once per cycle
             state = self.state
+            # (Guarantees read the running set, the budget and the GPUs present.)
             world = (state.workloads.running_version, state.cluster_state.health_version,
-                     state.budget.version, fair_share_time(state), state.policy)
+                     state.cluster_state.capacity, state.budget.version, fair_share_time(state),
+                     state.policy)
             cached = state.memo.get("failures")
             if cached is None or cached[0] != world:  # type: ignore[index]
                 cached = state.memo["failures"] = (world, {})
@@ -562,7 +566,7 @@ class Cycle:
                 if key in memo:
                     self.book.plan(w, {})  # what a plan reaching too few hosts does: the slot back
                     continue
-            ready = ready_times(w, self.capacity, self.frees, BudgetRule(self.ranking, w),
+            ready = ready_times(w, self.capacity, self.frees, self.rule(w),
                                 self.gone, self.now)
             r = self.book.plan(w, ready)
             if r is not None:
@@ -640,6 +644,7 @@ class Cycle:
         r = self.ranking
         use, shares = r.use, r.shares
         path = r._paths[leaf]
+        reclaim = self.policy.preemption_rule == "reclaim"
         for i in range(1, len(path)):
             x = path[i]
             sx = shares[x]
@@ -651,6 +656,9 @@ class Cycle:
             # (x itself is never in it: q / sx >= use[x] / sx).
             q = use[x] + commitment
             ratios, gpus, zero = self._siblings(idx, path[i - 1])
+            if reclaim:  # any sibling may be borrowing: all their victims bound it
+                have += zero + gpus[0]
+                continue
             lo, hi = 0, len(ratios)
             while lo < hi:
                 mid = (lo + hi) // 2
@@ -916,7 +924,7 @@ class Cycle:
             return Outcome("blocked", "fragmentation",
                            f"{cap.total_free} GPUs are free but scattered: no {n} host(s) "
                            f"have {k} free each")
-        rule = BudgetRule(self.ranking, w)
+        rule = self.rule(w)
         ready = ready_times(w, cap, self.frees, rule, self.gone, self.now)
         times = sorted(ready.values())
         if len(times) >= n and times[n - 1] < NEVER:
@@ -970,6 +978,18 @@ class Cycle:
                                     self.ranking.keep_value)
         return self._costs
 
+    def rule(self, w: Workload, due: Due | None = None) -> BudgetRule:
+        """Who ``w`` may take in this cycle: the budget rule, reclaiming when the policy says so."""
+        reclaim = self.policy.preemption_rule == "reclaim"
+        return BudgetRule(self.ranking, w, due, self.guarantees if reclaim else None)
+
+    @property
+    def guarantees(self) -> Guarantees:
+        """What each budget node is guaranteed and holds, as this cycle's decisions leave it."""
+        if self._guarantees is None:
+            self._guarantees = Guarantees(self.state, self.gone)
+        return self._guarantees
+
     def victims(self) -> VictimIndex:
         if self._victims is None:
             self._victims = VictimIndex.for_cycle(self.state, self.gone)
@@ -985,8 +1005,14 @@ class Cycle:
         if book.standing or book.due:
             book.release(w)
         allocated = w.min_runtime_s > 0
-        self.emit.started(w.id, [(h, per) for h in hosts], allocated,
-                          self.now + w.min_runtime_s)
+        until = self.now + w.min_runtime_s
+        if allocated and (self.policy.borrowed_protection_s is not None
+                          or self.policy.preemption_rule == "reclaim"):
+            guarantees = self.guarantees
+            until = protection_end(self.now, w.min_runtime_s, guarantees.within(w.budget, w.gpus),
+                                   self.policy.borrowed_protection_s)
+            guarantees.take(w.budget, w.gpus)
+        self.emit.started(w.id, [(h, per) for h in hosts], allocated, until)
         if self.trace is not None:
             self.trace[w.id] = Outcome("started", how or ("preempted" if victims else "fits"),
                                        hosts=tuple(hosts), victims=victims)
@@ -1001,6 +1027,8 @@ class Cycle:
                 # unallocated victim's off ``unallocated_gpus`` only).
                 self._sums_moved(list(idx.paths.get(w.budget, ())), (self._ranking.version, left))
         self.gone.add(w.id)
+        if w.allocated and self._guarantees is not None:
+            self._guarantees.give(w.budget, w.gpus)
         if self.grace and self.state.grace_of(w.id):
             self.held_back = True  # its GPUs stay taken until it stops (State.stopping)
         else:

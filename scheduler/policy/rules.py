@@ -48,11 +48,13 @@ from projections.workloads import Workload
 
 if TYPE_CHECKING:
     from scheduler.index.fair_share_order import Ranking
+    from scheduler.policy.guarantee import Guarantees
 
 RECLAIM_UNALLOCATED = "reclaim_unallocated"
 PRIORITY = "priority"
 FAIR_SHARE = "fair_share"
 RESERVATION = "reservation"
+RECLAIM = "reclaim"
 
 # A rule's ``span`` when it may take allocated work spread over any number of hosts.
 ANY_SPAN = 1 << 30
@@ -106,21 +108,49 @@ class BudgetRule(Rule):
     once per leaf, and shared (``Ranking.fair_share_memo``) with every rule of the
     cycle for the same leaf and commitment while usage stays the same.
     ``commitment`` is the candidate's own (GPUs x minimum runtime).
+
+    With ``guarantees`` (the policy's ``preemption_rule = "reclaim"``), another
+    leaf's work is taken by ``reclaim`` instead of by fair share: when, at the
+    level where their paths part, the victim's side holds more than it is
+    guaranteed and the candidate's side, with the candidate's GPUs added, holds
+    no more than it is. Reclaiming takes borrowed work whatever its gang's
+    size (the lender's share is owed now, and the borrower knew it borrowed).
     """
 
-    __slots__ = ("_by_leaf", "budget", "commitment", "due", "hosts", "priority", "ranking")
+    __slots__ = ("_by_leaf", "_sides", "budget", "commitment", "due", "gpus", "guarantees",
+                 "hosts", "priority", "ranking")
 
-    def __init__(self, ranking: Ranking, candidate: Workload, due: Due | None = None) -> None:
+    def __init__(self, ranking: Ranking, candidate: Workload, due: Due | None = None,
+                 guarantees: Guarantees | None = None) -> None:
         # Without a due reservation, allocated work on more hosts than the
-        # candidate's is never taken (``reason``); a due one may take any.
-        super().__init__(candidate.hosts if due is None else ANY_SPAN)
+        # candidate's is never taken (``reason``); a due one may take any. A
+        # reclaiming rule is asked about every gang and says itself which it
+        # may take.
+        super().__init__(candidate.hosts if due is None and guarantees is None else ANY_SPAN)
         self.ranking = ranking
         self.budget = candidate.budget
         self.priority = candidate.priority
         self.hosts = candidate.hosts
+        self.gpus = candidate.gpus
         self.commitment = candidate.gpus * candidate.min_runtime_s
         self.due = due
+        self.guarantees = guarantees
+        self._sides: dict[str, bool] = {}  # reclaims(), by victim leaf
         self._by_leaf: dict[str, bool] = ranking.fair_share_memo(self.budget, self.commitment)
+
+    def reclaims(self, victim_leaf: str) -> bool:
+        """May the candidate take back borrowed GPUs from work of ``victim_leaf`` (another leaf)?"""
+        g = self.guarantees
+        if g is None:
+            return False
+        # One answer per victim leaf for the rule's life (one search or plan):
+        # what the guarantees hold moves only between searches.
+        ok = self._sides.get(victim_leaf)
+        if ok is None:
+            sides = g.sides(self.budget, victim_leaf)
+            ok = self._sides[victim_leaf] = sides is not None and g.borrowing(sides[1]) \
+                and g.node_within(sides[0], self.gpus)
+        return ok
 
     def fair_share(self, victim_leaf: str) -> bool:
         """May the candidate take work of ``victim_leaf`` (another leaf) by fair share?"""
@@ -138,9 +168,17 @@ class BudgetRule(Rule):
         # Backfill on a due reservation's hosts is taken back at ``until``.
         if on_due and due is not None and (v.started_at or 0) >= due.since:
             return RESERVATION
+        leaf = v.budget
+        if self.guarantees is not None:
+            if leaf != self.budget and self.reclaims(leaf):
+                return RECLAIM
+            if len(v.placement) > self.hosts:
+                return RESERVATION if on_due else None
+            if leaf == self.budget:
+                return PRIORITY if v.priority < self.priority else None
+            return RESERVATION if on_due else None
         if len(v.placement) > self.hosts:
             return None  # never tear down a gang larger than oneself: it frees hosts unused
-        leaf = v.budget
         if leaf == self.budget:
             return PRIORITY if v.priority < self.priority else None
         # ``fair_share``, inlined (this runs per victim): on a miss, straight to

@@ -1,0 +1,1 @@
+"""Who may do what, proven: public keys, principals and roles (issue 23)."""

@@ -1,0 +1,112 @@
+"""Guaranteed and borrowed GPUs: the line between "within my share" and "borrowing".
+
+Every budget node is *guaranteed* its fraction of the cluster's GPUs now: the
+product, along its path, of its share over its siblings' shares, times the
+GPUs present (the lab's "owed" figure uses the same fraction of the same
+GPUs, hour by hour). A node *holds* the GPUs its allocated running work uses,
+its subtree's included. Funded work that starts while every node on its path
+still holds no more than its guarantee, itself included, starts *within its
+share*; work that starts beyond it *borrows* what others are not using.
+
+The policy treats the two differently (``borrowed_protection_s``): work within
+its share is protected for its whole minimum runtime, borrowed work only for
+up to ``borrowed_protection_s``, so that a team coming back to its idle share
+takes it back within that time rather than after up to eight hours (Kueue
+reclaims borrowed quota by preemption at once; KAI protects only what is
+within a queue's guarantee). Everything is exact integer arithmetic over the
+state: ``(held + gpus) * den <= gpus_present * num``, with ``num / den`` the
+node's fraction of the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scheduler.state import State
+
+
+class Guarantees:
+    """Each node's guarantee and what it holds, at one moment of one cycle.
+
+    Built from the state at the first question of a cycle, leaving out the work
+    the cycle already ``stopped``; the cycle tells it of every start and stop it
+    decides after that (``take``, ``give``).
+    """
+
+    __slots__ = ("fraction", "gpus", "held", "paths")
+
+    def __init__(self, state: State, stopped: Collection[str] = ()) -> None:
+        tree = state.budget
+        structure = tree.structure()
+        self.gpus = state.cluster_state.capacity
+        # Each node's fraction of the cluster as an exact (numerator, denominator).
+        self.fraction: dict[str, tuple[int, int]] = {}
+        for node in sorted(tree.nodes, key=lambda p: (p.count("/"), p)):
+            parent = structure.parent[node]
+            if parent is None:
+                self.fraction[node] = (1, 1)
+                continue
+            total = sum(structure.shares[s] for s in structure.children[parent])
+            num, den = self.fraction[parent]
+            self.fraction[node] = (num * structure.shares[node], den * total) if total else (0, 1)
+        # Every node on a leaf's path below the root (the root is guaranteed everything).
+        self.paths: dict[str, list[str]] = {p: path[1:] for p, path in structure.paths.items()}
+        self.held: dict[str, int] = {}
+        for w in state.workloads.running.values():
+            if w.allocated and w.id not in stopped:
+                self.take(w.budget, w.gpus)
+
+    def within(self, leaf: str, gpus: int) -> bool:
+        """Would ``gpus`` more for ``leaf`` keep every node on its path within its guarantee?"""
+        for node in self.paths.get(leaf, ()):
+            num, den = self.fraction[node]
+            if (self.held.get(node, 0) + gpus) * den > self.gpus * num:
+                return False
+        return True
+
+    def node_within(self, node: str, gpus: int) -> bool:
+        """Would ``gpus`` more keep ``node`` itself within its guarantee?"""
+        num, den = self.fraction.get(node, (0, 1))
+        return (self.held.get(node, 0) + gpus) * den <= self.gpus * num
+
+    def borrowing(self, node: str) -> bool:
+        """Does ``node`` hold more than it is guaranteed?"""
+        num, den = self.fraction.get(node, (0, 1))
+        return self.held.get(node, 0) * den > self.gpus * num
+
+    def sides(self, leaf: str, other: str) -> tuple[str, str] | None:
+        """The two siblings where the paths of ``leaf`` and ``other`` part (None if one holds the other)."""
+        a = self.paths.get(leaf)
+        b = self.paths.get(other)
+        if a is None or b is None:
+            return None
+        for x, y in zip(a, b, strict=False):
+            if x != y:
+                return x, y
+        return None
+
+    def take(self, leaf: str, gpus: int) -> None:
+        """Allocated work of ``leaf`` started on ``gpus`` GPUs."""
+        held = self.held
+        for node in self.paths.get(leaf, ()):
+            held[node] = held.get(node, 0) + gpus
+
+    def give(self, leaf: str, gpus: int) -> None:
+        """Allocated work of ``leaf`` on ``gpus`` GPUs stopped."""
+        held = self.held
+        for node in self.paths.get(leaf, ()):
+            held[node] = held.get(node, 0) - gpus
+
+
+def protection_end(now: int, min_runtime_s: int, within_share: bool,
+                   borrowed_protection_s: int | None) -> int:
+    """When a funded start stops being protected: its minimum runtime, shortened if it borrows.
+
+    ``borrowed_protection_s`` None keeps every start protected for its minimum
+    runtime (the policy before borrowing was told apart).
+    """
+    if within_share or borrowed_protection_s is None:
+        return now + min_runtime_s
+    return now + min(min_runtime_s, borrowed_protection_s)

@@ -1,0 +1,358 @@
+"""The verbs that read a live allot's state API: ``queue``, ``hosts``, ``budget show``, ``history``, ``explain``.
+
+Each asks the worker's HTTP server (``streams.state_api``) and prints a table,
+or the JSON answer with ``--json``. Where the server is: ``--url``, else
+``$ALLOT_STATE_URL``, else the run file ``allot up`` writes (``run_file()``:
+``$ALLOT_RUN_DIR/up.json``, default ``$XDG_RUNTIME_DIR/allot`` or
+``/tmp/allot-$UID``), which also names the broker for the publishing verbs.
+Errors are one line, exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from events.errors import AllotError
+
+EXIT_ERROR = 2
+
+
+class StateApiError(AllotError):
+    """The state API could not be reached or refused the request."""
+
+
+# -- the run file ------------------------------------------------------------------------------
+
+def run_file() -> Path:
+    base = os.environ.get("ALLOT_RUN_DIR") or (
+        Path(os.environ["XDG_RUNTIME_DIR"]) / "allot" if os.environ.get("XDG_RUNTIME_DIR")
+        else Path(f"/tmp/allot-{os.getuid()}"))
+    return Path(base) / "up.json"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_run_file() -> dict[str, Any] | None:
+    """What the running ``allot up`` wrote, or None (no file, or its process is gone)."""
+    try:
+        info = json.loads(run_file().read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or not _alive(int(info.get("pid", 0) or 0)):
+        return None
+    return info
+
+
+def write_run_file(info: dict[str, Any]) -> Path:
+    path = run_file()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(info, indent=1) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def remove_run_file(pid: int) -> None:
+    info = None
+    try:
+        info = json.loads(run_file().read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(info, dict) and info.get("pid") == pid:
+        run_file().unlink(missing_ok=True)
+
+
+def discovered_bootstrap() -> str | None:
+    """The broker of the running ``allot up``, unless one is configured another way."""
+    from streams import config
+
+    if os.environ.get(config.BOOTSTRAP_ENV) or os.environ.get(config.ENV_PREFIX + "BOOTSTRAP"):
+        return None
+    info = read_run_file()
+    return str(info["bootstrap"]) if info and info.get("bootstrap") else None
+
+
+# -- talking to the API ------------------------------------------------------------------------
+
+def state_url(flag: str | None) -> str:
+    url = flag or os.environ.get("ALLOT_STATE_URL")
+    if not url:
+        info = read_run_file()
+        url = info.get("state_url") if info else None
+    if not url:
+        raise StateApiError("no running allot found: start one with `allot up`, or pass --url "
+                            "http://127.0.0.1:PORT (the worker's metrics_port)")
+    return str(url).rstrip("/")
+
+
+def get(url: str, route: str, **query: Any) -> dict[str, Any]:
+    q = urllib.parse.urlencode({k: v for k, v in query.items() if v not in (None, "")})
+    full = f"{url}{route}" + (f"?{q}" if q else "")
+    try:
+        with urllib.request.urlopen(full, timeout=15) as r:
+            return json.loads(r.read())  # type: ignore[no-any-return]
+    except urllib.error.HTTPError as exc:
+        try:
+            msg = json.loads(exc.read()).get("error")
+        except Exception:
+            msg = None
+        raise StateApiError(msg or f"{full}: HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise StateApiError(f"cannot reach the state API at {url} ({reason})") from None
+
+
+def when(t: int | None) -> str:
+    """A cluster time for people (never epoch seconds)."""
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
+
+
+def span(s: int | None) -> str:
+    if s is None:
+        return "-"
+    s = max(0, int(s))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    if s < 172800:
+        return f"{s / 3600:.1f}h"
+    return f"{s / 86400:.1f}d"
+
+
+def date_value(text: str) -> int:
+    """A date or time (ISO, ``2026-12-04``, ``2026-12-04T10:00``) or Unix seconds, as Unix seconds."""
+    t = text.strip()
+    if t.lstrip("-").isdigit():
+        return int(t)
+    try:
+        d = datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except ValueError:
+        raise StateApiError(f"not a date: {text!r} (try 2026-12-04 or 2026-12-04T10:00)") from None
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=UTC)
+    return int(d.timestamp())
+
+
+def duration_value(text: str) -> int:
+    """Seconds from ``3600``, ``90s``, ``10m``, ``2h``, ``1d``, ``1h30m`` or Slurm's ``1:00:00`` / ``2-00:00:00``."""
+    import argparse
+    import re
+
+    t = text.strip().lower()
+    if t.isdigit():
+        return int(t)
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+):(\d{1,2})(?::(\d{1,2}))?", t)
+    if m:
+        d, a, b, c = m.groups()
+        h, mi, se = (int(a), int(b), int(c)) if c is not None else (0, int(a), int(b))
+        return int(d or 0) * 86400 + h * 3600 + mi * 60 + se
+    parts = re.findall(r"(\d+(?:\.\d+)?)([dhms])", t)
+    if parts and "".join(n + u for n, u in parts) == t:
+        mult = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+        return int(sum(float(n) * mult[u] for n, u in parts))
+    raise argparse.ArgumentTypeError(f"not a duration: {text!r} (try 3600, 10m, 2h, 1:00:00)")
+
+
+# -- the verbs ---------------------------------------------------------------------------------
+
+def register(subparsers: Any) -> None:
+    """Add ``queue``, ``hosts``, ``history``, ``state-explain`` to the command line."""
+
+    def common(p: Any) -> None:
+        p.add_argument("--url", default=None, help="the state API (default: $ALLOT_STATE_URL, "
+                                                   "else the running `allot up`)")
+        p.add_argument("--cluster", default=None, help="the cluster (default: the first)")
+        p.add_argument("--json", action="store_true", help="print the API's JSON answer")
+
+    p = subparsers.add_parser(
+        "queue", help="pending work in serving order, with its sort metric (squeue + sprio)",
+        description="Pending workloads in the order the next cycle serves them: rank, owner, "
+                    "budget, GPUs, wait, the fair-share sort metric level by level (usage over "
+                    "share of the parent; below 1 is under-served and goes first) and what each "
+                    "waits for.")
+    p.add_argument("--user", default=None, help="only this user's work")
+    p.add_argument("--budget", default=None, help="only this budget node and its subtree")
+    p.add_argument("--limit", type=int, default=200, help="rows at most (default 200)")
+    common(p)
+    p.set_defaults(func=_guard(_queue))
+
+    p = subparsers.add_parser("hosts", help="hosts: health, GPUs free and used, drains (sinfo)",
+                              description="Every host of the cluster with its health, GPUs free "
+                                          "and used, whether it drains, and the fault's reason; "
+                                          "capacity counts healthy hosts only.")
+    common(p)
+    p.set_defaults(func=_guard(_hosts))
+
+    p = subparsers.add_parser("history", help="finished work by user, budget, date (sacct)",
+                              description="Workloads that ended (succeeded, failed, cancelled, "
+                                          "preempted, rejected), filtered by owner, budget and "
+                                          "end time. --since/--until take dates "
+                                          "(2026-12-04, 2026-12-04T10:00) or Unix seconds.")
+    p.add_argument("--user", default=None)
+    p.add_argument("--budget", default=None)
+    p.add_argument("--since", type=str, default=None, metavar="DATE")
+    p.add_argument("--until", type=str, default=None, metavar="DATE")
+    common(p)
+    p.set_defaults(func=_guard(_history))
+
+
+def register_budget_show(budget_sub: Any) -> None:
+    """``allot budget show [PATH]`` under the existing ``budget`` command."""
+    p = budget_sub.add_parser(
+        "show", help="the budget tree with shares, entitlement, usage, fair-share ratio (sshare)",
+        description="The tree (or PATH's subtree): shares, fraction of the parent, entitlement "
+                    "(fraction of the cluster), usage over the window and the ratio usage "
+                    "fraction / share fraction at its level (below 1: under-served).")
+    p.add_argument("path", nargs="?", default=None)
+    p.add_argument("--url", default=None, help="the state API (default: the running allot up)")
+    p.add_argument("--cluster", default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_guard(_budget_show))
+
+
+def _guard(fn: Any) -> Any:
+    def run(args: Any) -> int:
+        try:
+            return int(fn(args))
+        except AllotError as exc:
+            print(f"allot {args.command}: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        except KeyboardInterrupt:
+            return 130
+    return run
+
+
+def _out(data: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(data, indent=1) + "\n")
+
+
+def _table(title: str, cols: list[str], rows: list[list[str]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for c in cols:
+        t.add_column(c)
+    for r in rows:
+        t.add_row(*r)
+    Console(highlight=False).print(t)
+
+
+def metric_text(levels: list[dict[str, Any]]) -> str:
+    return "  ".join(f"{lv['node'].rsplit('/', 1)[-1]} {lv['usage_fraction']:.0%}/"
+                     f"{lv['share_fraction']:.0%}="
+                     + ("-" if lv["ratio"] is None else f"{lv['ratio']:.2f}") for lv in levels)
+
+
+def _queue(args: Any) -> int:
+    data = get(state_url(args.url), "/api/queue", cluster=args.cluster, user=args.user,
+               budget=args.budget, limit=args.limit)
+    if args.json:
+        _out(data)
+        return 0
+    rows = [[str(r["rank"]), r["workload"], r["user"], r["budget"], str(r["gpus"]),
+             span(r["waited_s"]), metric_text(r["sort_metric"]) if r["allocated"] else "unallocated",
+             r["waits_for"] + (f" until {when(r['until'])}" if r.get("until") else "")]
+            for r in data["rows"]]
+    _table(f"{data['cluster']} at {when(data['now'])}: {data['pending']} pending "
+           f"(sort metric: used/entitled share of the parent per level, lower goes first)",
+           ["#", "workload", "user", "budget", "GPUs", "waited", "sort metric", "waits for"], rows)
+    return 0
+
+
+def _hosts(args: Any) -> int:
+    data = get(state_url(args.url), "/api/hosts", cluster=args.cluster)
+    if args.json:
+        _out(data)
+        return 0
+    rows = [[h["host"], h["health"] + (" (draining)" if h["draining"] else ""), str(h["gpus"]),
+             str(h["used"]), str(h["free"]), h["reason"] or "",
+             when(h["faulted_at"]) if h["faulted_at"] else ""] for h in data["hosts"]]
+    faulty = data["faulty"]
+    _table(f"{data['cluster']} at {when(data['now'])}: capacity {data['capacity']} GPUs on "
+           f"healthy hosts, {data['used']} used, {data['free']} free; "
+           + (f"faulty: {', '.join(faulty)}" if faulty else "no faulty hosts"),
+           ["host", "health", "GPUs", "used", "free", "reason", "faulted at"], rows)
+    return 0
+
+
+def _budget_show(args: Any) -> int:
+    data = get(state_url(args.url), "/api/budgets", cluster=args.cluster, path=args.path)
+    if args.json:
+        _out(data)
+        return 0
+    rows = [["  " * n["depth"] + n["path"].rsplit("/", 1)[-1], str(n["shares"]),
+             f"{n['share_fraction']:.1%}", f"{n['entitlement']:.1%}",
+             f"{n['usage_gpu_s'] / 3600:.1f}",
+             "-" if n["usage_fraction"] is None else f"{n['usage_fraction']:.1%}",
+             "-" if n["ratio"] is None else f"{n['ratio']:.2f}", str(n["pending"]),
+             str(n["running_gpus"])] for n in data["nodes"]]
+    _table(f"{data['cluster']} budgets at {when(data['now'])} (window {span(data['window_s'])}; "
+           "ratio = usage fraction / share fraction of the parent, below 1 is under-served)",
+           ["node", "shares", "of parent", "entitlement", "GPU-h used", "usage of parent",
+            "ratio", "pending", "running GPUs"], rows)
+    return 0
+
+
+def _history(args: Any) -> int:
+    since = date_value(args.since) if args.since else None
+    until = date_value(args.until) if args.until else None
+    data = get(state_url(args.url), "/api/history", cluster=args.cluster, user=args.user,
+               budget=args.budget, since=since, until=until)
+    if args.json:
+        _out(data)
+        return 0
+    rows = [[r["workload"], r["user"], r["budget"], str(r["gpus"]), r["status"],
+             when(r["submitted_at"]), when(r["ended_at"]), str(r["runs"]),
+             str(r["preemptions"])] for r in data["rows"]]
+    _table(f"{data['cluster']}: {data['matched']} ended workload(s)",
+           ["workload", "user", "budget", "GPUs", "status", "submitted", "ended", "runs",
+            "preemptions"], rows)
+    return 0
+
+
+def live_explain(args: Any) -> int:
+    """``allot explain ID`` on the live cluster (no log file given)."""
+    data = get(state_url(getattr(args, "url", None)), f"/api/explain/{args.workload}",
+               cluster=getattr(args, "cluster", None))
+    if args.json:
+        _out(data)
+        return 0
+    from rich.console import Console
+    from rich.markup import escape
+
+    con = Console(highlight=False)
+    con.print(f"[bold]{escape(data['workload'])}[/] ({escape(data['kind'])}, {data['gpus']} GPUs "
+              f"as {escape(data['shape'])}, min runtime {span(data['min_runtime_s'])}) in "
+              f"[bold]{escape(data['budget'])}[/]: [bold]{escape(data['status'])}[/] at "
+              f"{when(data['now'])}")
+    if data.get("blocked_by"):
+        con.print(f"blocked by: [bold red]{escape(data['blocked_by'])}[/]"
+                  + (f" until {when(data['until'])}" if data.get("until") else ""))
+    for line in data.get("summary", []):
+        con.print(f"- {escape(line)}")
+    if data.get("forecast"):
+        con.print(f"forecast: {escape(json.dumps(data['forecast']))}")
+    return 0
+
+
+__all__ = ["StateApiError", "date_value", "discovered_bootstrap", "get", "live_explain",
+           "read_run_file", "register", "register_budget_show", "remove_run_file", "run_file",
+           "state_url", "when", "write_run_file"]

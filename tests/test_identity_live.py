@@ -1,0 +1,71 @@
+"""Ed25519-signed inputs over the real broker: accepted, journaled with their signature, re-verified.
+
+The worker holds public keys only (a keyring file of hex public keys); the
+journal keeps each input's exact bytes and signature headers, so
+``identity.audit_verify`` re-checks them later with the same public keys.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from events import BudgetNodeDefined, ClockTicked
+from events.factory import Inputs
+from identity import keys
+from identity.audit_verify import verify_journal
+from streams import signing
+from tests.kafka import TICK_KEY, Live, unique_prefix, wait_until
+
+pytestmark = pytest.mark.kafka
+
+CLUSTER = "id-sig"
+ADMIN = "admin-secret"
+
+
+@pytest.fixture(scope="module")
+def live(kafka: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    ring = tmp_path_factory.mktemp("keys") / "keyring.toml"
+    # The auditor's keyring: the admin's and the ticker's public keys (ticks are signed inputs too).
+    ring.write_text(f'[keys]\nadmin = "{keys.public_hex(keys.public_of(ADMIN.encode()))}"\n'
+                    f'"allot.ticker" = "{keys.public_hex(keys.public_of(TICK_KEY.encode()))}"\n')
+    lv = Live(kafka, unique_prefix()).start()
+    lv.keyring_path = ring  # type: ignore[attr-defined]
+    lv.start_worker((CLUSTER,), time_scale=20.0, tick_interval_s=0.25,
+                    keyring_file=str(ring), require_signatures=True)
+    try:
+        yield lv
+    finally:
+        lv.close()
+
+
+def test_signed_inputs_are_journaled_with_their_signature_and_verify_later(live: Live) -> None:
+    live.wait_event(CLUSTER, lambda e: isinstance(e, ClockTicked), what="the first tick")
+    mk = Inputs(cluster=CLUSTER, prefix="sig-")
+    now = int(time.time())
+    good = mk.node("lab", managers=("admin",), at=now)
+    live.send(good, sign_as=("admin", ADMIN))
+    forged = mk.node("lab/forged", at=now)
+    live.send(forged, sign_as=("admin", "not-the-admin-key"))
+    unsigned = mk.node("lab/unsigned", at=now)
+    live.send(unsigned)
+    live.wait_event(CLUSTER, lambda e: isinstance(e, BudgetNodeDefined) and e.id == good.id,
+                    what="the signed node")
+    dead = wait_until(lambda: {d.reason for d in live.dead_letters()} >= {
+        signing.BAD_SIGNATURE, signing.UNSIGNED} or None, what="two dead letters")
+    assert dead
+    kept = {e.id for e in live.events(CLUSTER)}
+    assert forged.id not in kept and unsigned.id not in kept
+
+    ring = signing.Keyring.from_file(Path(live.keyring_path))  # type: ignore[attr-defined]
+    report = live.bg.run(verify_journal(live.bootstrap, ring, live.prefix))
+    assert report.failed == 0 and report.verified >= 1
+    assert report.by_signer.get("admin") == 1
+    # Another auditor's keyring with a different admin key: the same journal fails to verify.
+    other = signing.Keyring({"admin": keys.public_of(b"someone-else"),
+                             "allot.ticker": keys.public_of(b"x")})
+    bad = live.bg.run(verify_journal(live.bootstrap, other, live.prefix))
+    assert bad.failed >= 1
