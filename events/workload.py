@@ -177,6 +177,10 @@ class WorkloadStopped(Event, frozen=True, kw_only=True, tag="workload.stopped"):
     run_number: Int64
     exit_code: Int64 | None = None
     signal: Text | None = None
+    # The host whose share of the run stopped (a gang runs one process group per
+    # host, each stopped by its own executor): only that host's GPUs are freed.
+    # None: the whole run stopped.
+    host: Text | None = None
 
 
 class RejectReason:

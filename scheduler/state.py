@@ -192,7 +192,15 @@ class State:
                 self.stopping_for.pop(by, None)
 
     def _stopped(self, e: WorkloadStopped) -> None:
-        self._release((e.workload, e.run_number))
+        key = (e.workload, e.run_number)
+        if e.host is not None:
+            placement, until, by = self.stopping[key]
+            rest = tuple((h, g) for h, g in placement if h != e.host)
+            if rest:  # other hosts of the gang still stopping: free this one's GPUs only
+                self.cluster_state.unhold([(h, g) for h, g in placement if h == e.host])
+                self.stopping[key] = (rest, until, by)
+                return
+        self._release(key)
 
     def _policy(self, e: PolicyConfigured) -> None:
         self.policy = e

@@ -292,6 +292,9 @@ def _stopped(state, e: WorkloadStopped) -> Verdict:
         return Reject("input", InputReason.NOT_STOPPING,
                       f"run {e.run_number} of {e.workload!r} holds no GPUs "
                       "(not preempted, already stopped, or its grace ended)")
+    if e.host is not None and all(h != e.host for h, _ in state.stopping[(e.workload, e.run_number)][0]):
+        return Reject("input", InputReason.NOT_STOPPING,
+                      f"run {e.run_number} of {e.workload!r} holds no GPUs on {e.host!r}")
     return None
 
 

@@ -124,3 +124,25 @@ def test_replay_of_a_log_with_graces_reproduces_the_state_exactly(scheduler):
     # A snapshot taken mid-grace restores the held GPUs and their deadlines.
     restored = Engine.restore(snap)
     assert restored.state.fingerprint() == mid
+
+
+def _host_stopped(s: Sim, workload: str, run: int, host: str) -> list[tuple[Any, ...]]:
+    out = s.feed(WorkloadStopped(**s.I._env(s.now, "executor"), workload=workload, run_number=run,
+                                 host=host))
+    return brief(out or [])
+
+
+def test_each_host_of_a_gang_frees_its_own_gpus():
+    """A gang stops host by host (one executor each): a host's report frees that host only."""
+    s = Sim(hosts=2, preemption_grace_s=GRACE)
+    s.submit("v", "lab/b", 16, 0, hosts=2, resumable=True)
+    assert s.tick()[0][:2] == ("started", "v")
+    s.at(10).submit("p", "lab/a", 16, 60, hosts=2)
+    assert s.tick() == [preempted("v", "reclaim_unallocated", "p", True)]
+    assert _host_stopped(s, "v", 1, "h0") == []
+    hosts = s.state.cluster_state.hosts
+    assert (hosts["h0"].free, hosts["h1"].free) == (8, 0)
+    assert _host_stopped(s, "v", 1, "h0") == [("input_rejected", "not_stopping")]
+    assert s.tick(20) == []                     # p needs both hosts
+    assert _host_stopped(s, "v", 1, "h1") == []
+    assert s.tick(21) == [started("p", [("h0", 8), ("h1", 8)], True, 81)]
