@@ -70,8 +70,8 @@ class Inputs:
         return WorkloadCancelled(**self._env(at, actor), workload=workload, reason=reason)
 
     def finish(self, workload: str, at: int = 0, outcome: str = "succeeded",
-               actor: str = "executor") -> WorkloadFinished:
-        return WorkloadFinished(**self._env(at, actor), workload=workload, outcome=outcome)  # type: ignore[arg-type]
+               actor: str = "executor", **kw: Any) -> WorkloadFinished:
+        return WorkloadFinished(**self._env(at, actor), workload=workload, outcome=outcome, **kw)  # type: ignore[arg-type]
 
     def tick(self, at: int, actor: str = "ticker", cycle: bool = True) -> ClockTicked:
         return ClockTicked(**self._env(at, actor), cycle=cycle)

@@ -161,6 +161,10 @@ class WorkloadFinished(Event, frozen=True, kw_only=True, tag="workload.finished"
     exit_code: Int64 | None = None
     signal: Text | None = None
     reason: Text | None = None
+    # Which run ended (1 = the first start): a report of an earlier run, late
+    # after that run was preempted and the workload started again, is answered
+    # ``not_running`` instead of ending the new run. None: the current run.
+    run_number: Int64 | None = None
 
 
 class WorkloadStopped(Event, frozen=True, kw_only=True, tag="workload.stopped"):

@@ -261,6 +261,9 @@ def _finished(state, e: WorkloadFinished) -> Verdict:
         return Reject("input", InputReason.UNKNOWN_WORKLOAD, f"no workload {e.workload!r}")
     if w.status != RUNNING:
         return Reject("input", InputReason.NOT_RUNNING, f"{e.workload!r} is {w.status}")
+    if e.run_number is not None and e.run_number != w.runs:
+        return Reject("input", InputReason.NOT_RUNNING,
+                      f"run {e.run_number} of {e.workload!r} ended already (it is on run {w.runs})")
     return None
 
 

@@ -146,3 +146,17 @@ def test_each_host_of_a_gang_frees_its_own_gpus():
     assert s.tick(20) == []                     # p needs both hosts
     assert _host_stopped(s, "v", 1, "h1") == []
     assert s.tick(21) == [started("p", [("h0", 8), ("h1", 8)], True, 81)]
+
+
+def test_a_late_finish_of_an_earlier_run_does_not_end_the_new_run():
+    s = Sim(hosts=1)
+    s.submit("v", "lab/b", 8, 0, resumable=True)
+    s.tick()
+    s.at(10).submit("p", "lab/a", 8, 60)
+    s.tick()
+    s.at(100).finish("p")
+    assert s.tick() == [started("v", [("h0", 8)], False, 100)]
+    assert s.finish("v", run_number=1) == [("input_rejected", "not_running")]
+    assert s.status("v") == "running"
+    assert s.finish("v", run_number=2) == []
+    assert s.status("v") == "succeeded"
