@@ -1,0 +1,256 @@
+"""``allot executor local`` over the real broker: a worker in process, the executor as a process.
+
+Short ``sh`` commands on fake GPU ids: exits reported with their codes,
+``CUDA_VISIBLE_DEVICES`` exactly the GPUs given, a preemption under a grace
+(the victim traps SIGTERM and checkpoints; its GPUs take no other work before
+``workload.stopped``), a time limit, and kill -9 of the executor itself with
+work ending and starting while it is down: nothing lost, nothing run or
+reported twice.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from events import (
+    ClockTicked,
+    Event,
+    InputRejected,
+    WorkloadFinished,
+    WorkloadPreempted,
+    WorkloadStarted,
+    WorkloadStopped,
+)
+from events.factory import Inputs
+from tests.kafka import REPO, Live, unique_prefix, wait_until
+
+pytestmark = pytest.mark.kafka
+
+CLUSTERS = ("xl-exit", "xl-grace", "xl-limit", "xl-crash")
+GPU_IDS = "GPU-a,GPU-b,GPU-c,GPU-d"
+GRACE_S = 3
+
+
+@pytest.fixture(scope="module")
+def live(kafka: str) -> Iterator[Live]:
+    lv = Live(kafka, unique_prefix()).start()
+    lv.start_worker(CLUSTERS, time_scale=1.0, tick_interval_s=0.25)
+    try:
+        yield lv
+    finally:
+        lv.close()
+
+
+def _setup(live: Live, cluster: str, **policy: int) -> Inputs:
+    live.wait_event(cluster, lambda e: isinstance(e, ClockTicked), what=f"{cluster}'s first tick")
+    mk = Inputs(cluster=cluster, prefix=f"{cluster}-")
+    now = int(time.time())
+    live.send_many([mk.node("lab", managers=("admin",), at=now), mk.node("lab/a", at=now),
+                    mk.node("lab/b", at=now), mk.policy(at=now, **policy),
+                    mk.host("h0", gpus=4, at=now)])
+    return mk
+
+
+class Executor:
+    """``allot executor local`` as a child process, logging to a file."""
+
+    def __init__(self, live: Live, cluster: str, tmp: Path) -> None:
+        self.argv = [sys.executable, "-m", "allot", "executor", "local", "--host", "h0",
+                     "--gpu-ids", GPU_IDS, "--state-dir", str(tmp / "state"),
+                     "--bootstrap", live.bootstrap, "--topic-prefix", live.prefix,
+                     "--cluster", cluster, "--log-format", "json", "--kill-wait", "2"]
+        self.log_path = tmp / "executor.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Executor:
+        mark = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
+        def ready() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the executor exited: {self.log_path.read_text()[-2000:]}")
+            return b"executor.ready" in self.log_path.read_bytes()[mark:]
+        wait_until(ready, 30, what="the executor to be ready")
+        return self
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+@pytest.fixture
+def executor_for(live: Live, tmp_path: Path) -> Iterator[object]:
+    made: list[Executor] = []
+
+    def make(cluster: str) -> Executor:
+        ex = Executor(live, cluster, tmp_path)
+        made.append(ex)
+        return ex.start()
+
+    yield make
+    for ex in made:
+        ex.stop()
+    # The runs outlive their executor by design: end what a failed test left behind.
+    for pid_file in (tmp_path / "state" / "runs").glob("*/pid.json"):
+        import json
+
+        pid = json.loads(pid_file.read_text())["pid"]
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _no_rejected_reports(live: Live, cluster: str) -> None:
+    """Every report the executor sent was accepted (none late, none for a stopped run)."""
+    journal = live.events(cluster)
+    reports = {e.id for e in journal if e.source == "allot.executor"}
+    assert reports
+    bad = [e for e in journal if isinstance(e, InputRejected) and e.cause in reports]
+    assert not bad, bad
+    assert not live.dead_letters()
+
+
+def _sh(script: str) -> tuple[str, ...]:
+    return ("sh", "-c", script)
+
+
+def _of(live: Live, cluster: str, cls: type, workload: str) -> list[Event]:
+    return [e for e in live.events(cluster) if type(e) is cls and e.workload == workload]
+
+
+def _wait(live: Live, cluster: str, cls: type, workload: str, timeout: float = 15) -> Event:
+    return live.wait_event(cluster, lambda e: type(e) is cls and e.workload == workload,
+                           timeout=timeout, what=f"{cls.__name__} of {workload}")
+
+
+def test_runs_get_exactly_their_gpus_and_report_their_exits(live: Live, tmp_path: Path,
+                                                            executor_for) -> None:
+    cluster = "xl-exit"
+    mk = _setup(live, cluster)
+    executor_for(cluster)
+    now = int(time.time())
+    out = tmp_path / "out"
+    live.send_many([
+        mk.submit("ok", "lab/a", 2, 0, at=now,
+                  command=_sh(f'echo "$CUDA_VISIBLE_DEVICES" > {out}.ok; sleep 0.5')),
+        mk.submit("bad", "lab/a", 1, 0, at=now,
+                  command=_sh(f'echo "$CUDA_VISIBLE_DEVICES" > {out}.bad; sleep 0.5; exit 3')),
+        mk.submit("sig", "lab/b", 1, 0, at=now, command=_sh("kill -USR1 $$")),
+    ])
+    ok = _wait(live, cluster, WorkloadFinished, "ok")
+    bad = _wait(live, cluster, WorkloadFinished, "bad")
+    sig = _wait(live, cluster, WorkloadFinished, "sig")
+    assert (ok.outcome, ok.exit_code, ok.run_number) == ("succeeded", 0, 1)
+    assert (bad.outcome, bad.exit_code) == ("failed", 3)
+    assert (sig.outcome, sig.exit_code, sig.signal) == ("failed", None, "SIGUSR1")
+    ids_ok = Path(f"{out}.ok").read_text().strip().split(",")
+    ids_bad = Path(f"{out}.bad").read_text().strip().split(",")
+    assert len(ids_ok) == 2 and len(ids_bad) == 1
+    assert set(ids_ok) | set(ids_bad) <= set(GPU_IDS.split(","))
+    assert not set(ids_ok) & set(ids_bad)  # they ran at the same time, on different GPUs
+    for w in ("ok", "bad", "sig"):
+        assert len(_of(live, cluster, WorkloadFinished, w)) == 1
+    _no_rejected_reports(live, cluster)
+
+
+def test_a_preemption_waits_for_the_victim_to_checkpoint_and_stop(live: Live, tmp_path: Path,
+                                                                  executor_for) -> None:
+    cluster = "xl-grace"
+    mk = _setup(live, cluster, preemption_grace_s=GRACE_S)
+    executor_for(cluster)
+    ckpt, started_p = tmp_path / "ckpt", tmp_path / "p-started"
+    victim = (f"trap 'sleep 1; date +%s.%N > {ckpt}; exit 0' TERM; "
+              "echo up; while :; do sleep 0.1; done")
+    live.send(mk.submit("v", "lab/b", 4, 0, at=int(time.time()), resumable=True,
+                        command=_sh(victim)))
+    _wait(live, cluster, WorkloadStarted, "v")
+    time.sleep(0.5)  # (sh sets its trap)
+    live.send(mk.submit("p", "lab/a", 4, 60, at=int(time.time()),
+                        command=_sh(f"date +%s.%N > {started_p}; sleep 30")))
+    _wait(live, cluster, WorkloadStarted, "p", timeout=GRACE_S + 10)
+    journal = live.events(cluster)
+    kinds = [(type(e), getattr(e, "workload", None)) for e in journal]
+    i_pre = kinds.index((WorkloadPreempted, "v"))
+    i_stop = kinds.index((WorkloadStopped, "v"))
+    i_start = kinds.index((WorkloadStarted, "p"))
+    assert i_pre < i_stop < i_start           # nothing placed on v's GPUs before it stopped
+    stopped = journal[i_stop]
+    assert isinstance(stopped, WorkloadStopped)
+    assert (stopped.host, stopped.run_number, stopped.exit_code) == ("h0", 1, 0)
+    wait_until(started_p.exists, 10, what="p's command")
+    assert float(ckpt.read_text()) <= float(started_p.read_text())  # the checkpoint came first
+    assert not _of(live, cluster, WorkloadFinished, "v")
+    _no_rejected_reports(live, cluster)
+
+
+def test_a_run_past_its_time_limit_is_stopped_and_reported(live: Live, tmp_path: Path,
+                                                           executor_for) -> None:
+    cluster = "xl-limit"
+    mk = _setup(live, cluster)
+    executor_for(cluster)
+    t0 = time.monotonic()
+    live.send(mk.submit("long", "lab/a", 1, 0, at=int(time.time()), time_limit_s=1,
+                        command=_sh("sleep 60")))
+    fin = _wait(live, cluster, WorkloadFinished, "long")
+    assert (fin.outcome, fin.reason, fin.signal) == ("failed", "time_limit", "SIGTERM")
+    assert time.monotonic() - t0 < 8
+    _no_rejected_reports(live, cluster)
+
+
+def test_kill_9_of_the_executor_loses_and_doubles_nothing(live: Live, tmp_path: Path,
+                                                          executor_for) -> None:
+    cluster = "xl-crash"
+    mk = _setup(live, cluster)
+    ex = executor_for(cluster)
+
+    def job(name: str, code: int) -> tuple[str, ...]:
+        # Counts its starts, then runs until its "go" file appears.
+        return _sh(f"echo start >> {tmp_path / name}.starts; "
+                   f"while [ ! -e {tmp_path / name}.go ]; do sleep 0.05; done; exit {code}")
+
+    now = int(time.time())
+    live.send_many([mk.submit("a1", "lab/a", 1, 0, at=now, command=job("a1", 0)),
+                    mk.submit("a2", "lab/a", 1, 0, at=now, command=job("a2", 5))])
+    for w in ("a1", "a2"):
+        wait_until((tmp_path / f"{w}.starts").exists, 15, what=f"{w} to run")
+    ex.kill9()
+    # While the executor is down: a1 ends, and a3 is started by the scheduler.
+    (tmp_path / "a1.go").touch()
+    live.send(mk.submit("a3", "lab/a", 1, 0, at=int(time.time()), command=job("a3", 0)))
+    _wait(live, cluster, WorkloadStarted, "a3")
+    time.sleep(0.3)
+    assert not _of(live, cluster, WorkloadFinished, "a1")
+    ex.start()
+    fin1 = _wait(live, cluster, WorkloadFinished, "a1")          # ended while it was down
+    wait_until((tmp_path / "a3.starts").exists, 15, what="a3 to run")
+    (tmp_path / "a2.go").touch()
+    (tmp_path / "a3.go").touch()
+    fin2 = _wait(live, cluster, WorkloadFinished, "a2")          # adopted, then ended
+    fin3 = _wait(live, cluster, WorkloadFinished, "a3")          # launched after the restart
+    assert (fin1.exit_code, fin2.exit_code, fin3.exit_code) == (0, 5, 0)
+    time.sleep(0.5)
+    for w in ("a1", "a2", "a3"):
+        assert (tmp_path / f"{w}.starts").read_text() == "start\n", w   # run exactly once
+        assert len(_of(live, cluster, WorkloadFinished, w)) == 1, w      # reported once
+    _no_rejected_reports(live, cluster)
