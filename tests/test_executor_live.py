@@ -10,6 +10,8 @@ reported twice.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -112,13 +114,9 @@ def executor_for(live: Live, tmp_path: Path) -> Iterator[object]:
         ex.stop()
     # The runs outlive their executor by design: end what a failed test left behind.
     for pid_file in (tmp_path / "state" / "runs").glob("*/pid.json"):
-        import json
-
         pid = json.loads(pid_file.read_text())["pid"]
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def _no_rejected_reports(live: Live, cluster: str) -> None:
