@@ -65,22 +65,19 @@ class WorkloadSubmitted(Event, frozen=True, kw_only=True, tag="workload.submitte
     # (a gang's peers find each other through MASTER_ADDR/RANK/WORLD_SIZE).
     # ``workdir``: its working directory (default: the executor's). ``env``:
     # ``NAME=value`` entries added to its environment. ``log_path``: the file
-    # its output goes to, ``{workload}``, ``{run}`` and ``{rank}`` replaced
+    # its output goes to, ``{workload}``, ``{run}``, ``{rank}`` and ``{host}`` replaced
     # (default: one file per workload and run under the executor's log
     # directory). ``time_limit_s``: wall-clock limit of one run (Slurm's
     # ``--time``): the executor stops a run that exceeds it and reports it
     # failed with reason ``time_limit``. ``grace_s``: how long it needs to stop
     # after SIGTERM, if less than the policy's ``preemption_grace_s`` (more is
-    # never granted). ``checkpoint_command``: argv the executor runs on
-    # preemption, within the grace, so the requeued run can restore
-    # (it gets ``ALLOT_RESTORE_FROM``).
+    # never granted): a command checkpoints by trapping SIGTERM.
     command: Array[Text] | None = None
     workdir: PathText | None = None
     env: Array[Text] | None = None
     log_path: PathText | None = None
     time_limit_s: Duration | None = None
     grace_s: Duration | None = None
-    checkpoint_command: Array[Text] | None = None
 
 
 class WorkloadCancelled(Event, frozen=True, kw_only=True, tag="workload.cancelled"):

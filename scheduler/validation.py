@@ -271,8 +271,6 @@ def _bad_run_spec(e: WorkloadSubmitted) -> str | None:
     """What is wrong with the fields a real executor runs (None: nothing, or none given)."""
     if e.command is not None and (not e.command or not e.command[0]):
         return "command must name a program (argv[0])"
-    if e.checkpoint_command is not None and (not e.checkpoint_command or not e.checkpoint_command[0]):
-        return "checkpoint_command must name a program (argv[0])"
     for item in e.env or ():
         name, sep, _ = item.partition("=")
         if not sep or not name:
