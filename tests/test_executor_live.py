@@ -196,7 +196,8 @@ def test_a_preemption_waits_for_the_victim_to_checkpoint_and_stop(live: Live, tm
     stopped = journal[i_stop]
     assert isinstance(stopped, WorkloadStopped)
     assert (stopped.host, stopped.run_number, stopped.exit_code) == ("h0", 1, 0)
-    wait_until(started_p.exists, 10, what="p's command")
+    wait_until(lambda: started_p.exists() and started_p.read_text().strip(), 10,
+               what="p's command")
     assert float(ckpt.read_text()) <= float(started_p.read_text())  # the checkpoint came first
     assert not _of(live, cluster, WorkloadFinished, "v")
     _no_rejected_reports(live, cluster)
