@@ -82,7 +82,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--follow", action="store_true",
                    help="also wait for the workload's first decision (started, preempted, ...)")
     run = p.add_argument_group("what a real executor runs (allot executor local; docs/executor.md)")
-    run.add_argument("command", nargs="*", metavar="-- CMD ARGS",
+    run.add_argument("argv", nargs="*", metavar="-- CMD ARGS",
                      help="the command and its arguments, after `--` (run without a shell)")
     run.add_argument("--workdir", default=None, metavar="DIR",
                      help="its working directory (default: this one, when a command is given)")
@@ -319,7 +319,7 @@ def _run_spec(args: Any) -> dict[str, Any]:
     """The run-spec fields of ``allot submit`` (none when no command and no option names one)."""
     import os
 
-    command = list(getattr(args, "command", None) or [])
+    command = list(getattr(args, "argv", None) or [])
     if command and command[0] == "--":
         command = command[1:]
     for item in args.env:

@@ -253,3 +253,56 @@ def test_kill_9_of_the_executor_loses_and_doubles_nothing(live: Live, tmp_path: 
         assert (tmp_path / f"{w}.starts").read_text() == "start\n", w   # run exactly once
         assert len(_of(live, cluster, WorkloadFinished, w)) == 1, w      # reported once
     _no_rejected_reports(live, cluster)
+
+
+# -- signed reports ---------------------------------------------------------------------------
+
+SIGNED = "xl-signed"
+ADMIN_SECRET = "xl-admin-secret"
+EXEC_SECRET = "xl-executor-secret"
+
+
+@pytest.fixture(scope="module")
+def signed_live(kafka: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    from identity import keys
+    from tests.kafka import TICK_KEY
+
+    ring = tmp_path_factory.mktemp("keys") / "keyring.toml"
+    pub = {name: keys.public_hex(keys.public_of(secret.encode())) for name, secret in
+           (("admin", ADMIN_SECRET), ("allot.executor", EXEC_SECRET), ("allot.ticker", TICK_KEY))}
+    ring.write_text("[keys]\n" + "".join(f'"{n}" = "{k}"\n' for n, k in pub.items()))
+    lv = Live(kafka, unique_prefix(), watch_inbox=True).start()
+    lv.start_worker((SIGNED,), time_scale=1.0, tick_interval_s=0.25, keyring_file=str(ring),
+                    require_signatures=True)
+    try:
+        yield lv
+    finally:
+        lv.close()
+
+
+def test_reports_are_signed_with_the_executors_key(signed_live: Live, tmp_path: Path,
+                                                   executor_for) -> None:
+    from streams.records import HEADER_SIGNER
+
+    live = signed_live
+    live.wait_event(SIGNED, lambda e: isinstance(e, ClockTicked), what="the first tick")
+    mk = Inputs(cluster=SIGNED, prefix="sg-")
+    now = int(time.time())
+    for e in (mk.node("lab", managers=("admin",), at=now), mk.node("lab/a", at=now),
+              mk.host("h0", gpus=4, at=now, actor="admin"),
+              mk.submit("job", "lab/a", 1, 0, at=now, user="admin", command=_sh("exit 0"))):
+        live.send(e, sign_as=("admin", ADMIN_SECRET))
+    key_file = tmp_path / "executor.key"
+    key_file.write_text(EXEC_SECRET + "\n")
+    ex = Executor(live, SIGNED, tmp_path)
+    ex.argv += ["--key-file", str(key_file)]
+    ex.start()
+    try:
+        fin = _wait(live, SIGNED, WorkloadFinished, "job")
+    finally:
+        ex.stop()
+    assert fin.outcome == "succeeded" and fin.actor == "allot.executor"
+    # Journaled although the worker requires signatures (unsigned, it would be a dead letter).
+    assert not live.dead_letters()
+    [record] = [r for r in live.inbox_of(live.partition_of(SIGNED)) if fin.id.encode() in r.value]
+    assert (HEADER_SIGNER, b"allot.executor") in list(record.headers)

@@ -287,3 +287,33 @@ def test_the_books_grace_is_the_schedulers() -> None:
               j.mk.submit("c", "lab/a", 1, 0, at=T), j.mk.tick(T)):
         book.add(e)
     assert [book.grace_of(w) for w in "abc"] == [10, 60, 60]
+
+
+# -- allot submit -- CMD --------------------------------------------------------------------
+
+
+def test_submit_takes_the_command_after_double_dash_and_slurm_durations(tmp_path: Path) -> None:
+    from allot.cli import build_parser
+    from streams.commands import _run_spec
+
+    args = build_parser().parse_args([
+        "submit", "--budget", "lab/a", "--gpus", "2", "--time", "1:30:00", "--env", "A=1",
+        "--env", "B=x=y", "--workdir", str(tmp_path), "--grace", "30s", "--",
+        "python", "train.py", "--lr", "3e-4"])
+    assert _run_spec(args) == {
+        "command": ("python", "train.py", "--lr", "3e-4"), "workdir": str(tmp_path),
+        "env": ("A=1", "B=x=y"), "log_path": None, "time_limit_s": 5400, "grace_s": 30}
+    assert args.command == "submit"  # (the verb's name is not the workload's command)
+    plain = build_parser().parse_args(["submit", "--budget", "lab/a", "--gpus", "2"])
+    assert set(_run_spec(plain).values()) == {None}
+
+
+def test_submit_refuses_a_bad_env_entry() -> None:
+    from allot.cli import build_parser
+    from streams.commands import _run_spec
+    from streams.errors import ClientError
+
+    args = build_parser().parse_args(["submit", "--budget", "lab/a", "--gpus", "1",
+                                      "--env", "NOVALUE", "--", "true"])
+    with pytest.raises(ClientError, match="NAME=VALUE"):
+        _run_spec(args)
