@@ -23,6 +23,7 @@ import msgspec
 from events import (
     ClockTicked,
     Event,
+    HostAdded,
     InputRejected,
     PolicyConfigured,
     WorkloadCancelled,
@@ -61,6 +62,7 @@ class HostBook:
         self.host = host
         self.now = 0
         self.policy_grace_s = 0
+        self.host_gpus: int | None = None   # this host's GPUs as the cluster knows them
         self.specs: dict[str, WorkloadSubmitted] = {}
         self.runs: dict[str, int] = {}
         self.active: dict[str, Share] = {}
@@ -85,6 +87,8 @@ class HostBook:
                 self.now = max(self.now, e.at)
             elif type(e) is WorkloadSubmitted:
                 self.specs.setdefault(e.workload, e)
+            elif type(e) is HostAdded and e.host == self.host:
+                self.host_gpus = e.gpus
             return
         if type(e) in (InputRejected, WorkloadRejected) and self._open is not None \
                 and e.cause == self._open.id:

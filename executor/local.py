@@ -223,6 +223,13 @@ class LocalExecutor:
                     self.caught_up = True
                     self.ready.set()
                     self._info("executor.ready", running=len(self.book.active))
+                    known = self.book.host_gpus
+                    if known != len(self.supervisor.gpu_ids) and self.log is not None:
+                        self.log.warning(
+                            "executor.host_mismatch", cluster=self.cluster, host=self.host,
+                            cluster_gpus=known, gpu_ids=len(self.supervisor.gpu_ids),
+                            hint="the cluster has no such host yet (allot host add)" if known
+                            is None else "the cluster counts other GPUs than this executor has")
                 for s, event in self.reconcile(time.time()):
                     await client.publish(event)
                     self.reported.append(event)

@@ -166,6 +166,8 @@ class Supervisor:
 
     def alive(self, s: Supervised) -> bool:
         """Whether the share's process group still has its launcher."""
+        if s.reported is not None:
+            return False  # reported only once it had ended
         if s.proc is not None:
             return s.proc.poll() is None
         if s.pid is None:

@@ -36,7 +36,7 @@ from tests.kafka import REPO, Live, unique_prefix, wait_until
 
 pytestmark = pytest.mark.kafka
 
-CLUSTERS = ("xl-exit", "xl-grace", "xl-limit", "xl-crash")
+CLUSTERS = ("xl-exit", "xl-grace", "xl-limit", "xl-crash", "xl-gang")
 GPU_IDS = "GPU-a,GPU-b,GPU-c,GPU-d"
 GRACE_S = 3
 
@@ -51,25 +51,26 @@ def live(kafka: str) -> Iterator[Live]:
         lv.close()
 
 
-def _setup(live: Live, cluster: str, **policy: int) -> Inputs:
+def _setup(live: Live, cluster: str, hosts: tuple[str, ...] = ("h0",), **policy: int) -> Inputs:
     live.wait_event(cluster, lambda e: isinstance(e, ClockTicked), what=f"{cluster}'s first tick")
     mk = Inputs(cluster=cluster, prefix=f"{cluster}-")
     now = int(time.time())
     live.send_many([mk.node("lab", managers=("admin",), at=now), mk.node("lab/a", at=now),
                     mk.node("lab/b", at=now), mk.policy(at=now, **policy),
-                    mk.host("h0", gpus=4, at=now)])
+                    *[mk.host(h, gpus=4, at=now) for h in hosts]])
     return mk
 
 
 class Executor:
     """``allot executor local`` as a child process, logging to a file."""
 
-    def __init__(self, live: Live, cluster: str, tmp: Path) -> None:
-        self.argv = [sys.executable, "-m", "allot", "executor", "local", "--host", "h0",
-                     "--gpu-ids", GPU_IDS, "--state-dir", str(tmp / "state"),
+    def __init__(self, live: Live, cluster: str, tmp: Path, host: str = "h0") -> None:
+        state = tmp / ("state" if host == "h0" else f"state-{host}")
+        self.argv = [sys.executable, "-m", "allot", "executor", "local", "--host", host,
+                     "--gpu-ids", GPU_IDS, "--state-dir", str(state),
                      "--bootstrap", live.bootstrap, "--topic-prefix", live.prefix,
                      "--cluster", cluster, "--log-format", "json", "--kill-wait", "2"]
-        self.log_path = tmp / "executor.log"
+        self.log_path = tmp / f"executor-{host}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Executor:
@@ -104,8 +105,8 @@ class Executor:
 def executor_for(live: Live, tmp_path: Path) -> Iterator[object]:
     made: list[Executor] = []
 
-    def make(cluster: str) -> Executor:
-        ex = Executor(live, cluster, tmp_path)
+    def make(cluster: str, host: str = "h0") -> Executor:
+        ex = Executor(live, cluster, tmp_path, host)
         made.append(ex)
         return ex.start()
 
@@ -113,7 +114,7 @@ def executor_for(live: Live, tmp_path: Path) -> Iterator[object]:
     for ex in made:
         ex.stop()
     # The runs outlive their executor by design: end what a failed test left behind.
-    for pid_file in (tmp_path / "state" / "runs").glob("*/pid.json"):
+    for pid_file in tmp_path.glob("state*/runs/*/pid.json"):
         pid = json.loads(pid_file.read_text())["pid"]
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
@@ -252,6 +253,30 @@ def test_kill_9_of_the_executor_loses_and_doubles_nothing(live: Live, tmp_path: 
     for w in ("a1", "a2", "a3"):
         assert (tmp_path / f"{w}.starts").read_text() == "start\n", w   # run exactly once
         assert len(_of(live, cluster, WorkloadFinished, w)) == 1, w      # reported once
+    _no_rejected_reports(live, cluster)
+
+
+def test_a_gang_runs_one_process_group_per_host_with_its_rank(live: Live, tmp_path: Path,
+                                                              executor_for) -> None:
+    cluster = "xl-gang"
+    mk = _setup(live, cluster, hosts=("h0", "h1"))
+    executor_for(cluster, "h0")
+    executor_for(cluster, "h1")
+    out = tmp_path / "gang"
+    script = (f'echo "$RANK $WORLD_SIZE $MASTER_ADDR $MASTER_PORT $CUDA_VISIBLE_DEVICES $ALLOT_HOST"'
+              f' > {out}.$RANK; [ "$RANK" = 0 ] && sleep 1; exit 0')
+    live.send(mk.submit("g", "lab/a", 4, 0, at=int(time.time()), hosts=2, command=_sh(script)))
+    fin = _wait(live, cluster, WorkloadFinished, "g")
+    [start] = _of(live, cluster, WorkloadStarted, "g")
+    order = [s.host for s in start.placement]
+    rows = {r: Path(f"{out}.{r}").read_text().split() for r in ("0", "1")}
+    for r, (rank, world, master, port, gpus, host) in rows.items():
+        assert (rank, world, master, host) == (r, "2", order[0], order[int(r)])
+        assert len(gpus.split(",")) == 2
+    assert rows["0"][3] == rows["1"][3]          # one rendezvous port for the gang
+    assert (fin.outcome, fin.exit_code) == ("succeeded", 0)
+    time.sleep(0.5)
+    assert len(_of(live, cluster, WorkloadFinished, "g")) == 1
     _no_rejected_reports(live, cluster)
 
 
