@@ -270,7 +270,7 @@ def test_a_gang_runs_one_process_group_per_host_with_its_rank(live: Live, tmp_pa
     [start] = _of(live, cluster, WorkloadStarted, "g")
     order = [s.host for s in start.placement]
     rows = {r: Path(f"{out}.{r}").read_text().split() for r in ("0", "1")}
-    for r, (rank, world, master, port, gpus, host) in rows.items():
+    for r, (rank, world, master, _port, gpus, host) in rows.items():
         assert (rank, world, master, host) == (r, "2", order[0], order[int(r)])
         assert len(gpus.split(",")) == 2
     assert rows["0"][3] == rows["1"][3]          # one rendezvous port for the gang
