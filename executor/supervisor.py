@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -60,7 +61,7 @@ class Supervised:
         self.proc: subprocess.Popen[bytes] | None = None   # when this executor spawned it
         self.pid: int | None = None
         self.started_at: float | None = None
-        self.stop: dict[str, object] | None = None
+        self.stop: dict[str, Any] | None = None
         self.reported: str | None = None
 
     @property
@@ -72,7 +73,7 @@ class Supervised:
         return self.stop is not None
 
 
-def _read(path: Path) -> dict[str, object] | None:
+def _read(path: Path) -> dict[str, Any] | None:
     try:
         value = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -112,7 +113,7 @@ class Supervisor:
             s = Supervised(d, spec)
             pid = _read(d / PID)
             if pid is not None:
-                s.pid, s.started_at = int(pid["pid"]), float(pid["started_at"])  # type: ignore[arg-type]
+                s.pid, s.started_at = int(pid["pid"]), float(pid["started_at"])
             else:
                 s.pid = self._find(d)  # spawned, but died (or was killed) before writing it
             s.stop = _read(d / STOP)
@@ -183,10 +184,10 @@ class Supervisor:
         if st is not None:
             if st.get("error"):
                 return Exit(reason="cannot_start", error=str(st["error"]))
-            return Exit(exit_code=st.get("exit_code"), signal=st.get("signal"),  # type: ignore[arg-type]
-                        reason=reason)  # type: ignore[arg-type]
+            return Exit(exit_code=st.get("exit_code"), signal=st.get("signal"),
+                        reason=reason)
         if stop.get("killed"):
-            return Exit(signal="SIGKILL", reason=reason)  # type: ignore[arg-type]
+            return Exit(signal="SIGKILL", reason=reason)
         if s.proc is not None and s.proc.returncode is not None and s.proc.returncode < 0:
             return Exit(signal=signal.Signals(-s.proc.returncode).name, reason="lost")
         return Exit(reason="lost")
@@ -195,7 +196,7 @@ class Supervisor:
         if s.started_at is None:
             p = _read(s.path / PID)
             if p is not None:
-                s.started_at = float(p["started_at"])  # type: ignore[arg-type]
+                s.started_at = float(p["started_at"])
         return 0.0 if s.started_at is None else now - s.started_at
 
     # -- stopping -----------------------------------------------------------------------
@@ -223,12 +224,12 @@ class Supervisor:
         """SIGKILL at once (its GPUs are needed now)."""
         if s.stop is None:
             s.stop = {"reason": reason, "term_at": now, "kill_at": now, "killed": False}
-        s.stop["kill_at"] = min(float(s.stop["kill_at"]), now)  # type: ignore[arg-type]
+        s.stop["kill_at"] = min(float(s.stop["kill_at"]), now)
         self.kill_due(s, now)
 
     def kill_due(self, s: Supervised, now: float) -> None:
         """Send SIGKILL if this share's grace is over and it still runs."""
-        if s.stop is None or s.stop.get("killed") or now < float(s.stop["kill_at"]):  # type: ignore[arg-type]
+        if s.stop is None or s.stop.get("killed") or now < float(s.stop["kill_at"]):
             return
         if self.alive(s):
             s.stop["killed"] = True

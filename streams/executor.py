@@ -329,9 +329,11 @@ class SimulatedExecutor:
                                 self.ready.set()
                     if p in caught:
                         for c in by_partition[p]:
-                            book = self.books.get(c)
-                            for w, run in book.take_stops() if book is not None else ():
-                                await client.publish(book.stopped_report(w, run, self.principal))
+                            sbook = self.books.get(c)
+                            if sbook is None:
+                                continue
+                            for w, run in sbook.take_stops():
+                                await client.publish(sbook.stopped_report(w, run, self.principal))
                     for book, f in due:
                         e = book.report(f, self.principal)
                         await client.publish(e)
