@@ -188,7 +188,12 @@ class LocalExecutor:
                        env=tuple(submitted.env or ()), log_path=submitted.log_path or "",
                        time_limit_s=submitted.time_limit_s,
                        grace_s=submitted.grace_s or 0)
-        s = sup.launch(spec)
+        try:
+            s = sup.launch(spec)
+        except OSError as exc:  # (the state directory is not writable, the fork failed)
+            self._info("executor.cannot_start", workload=share.workload, run=share.run,
+                       why=f"{type(exc).__name__}: {exc}")
+            return self._finished(share.workload, share.run, Exit(reason="cannot_start"))
         self._info("executor.launched", workload=share.workload, run=share.run, rank=share.rank,
                    gpus=",".join(spec.gpu_ids), pid=s.pid, log=str(sup.log_of(s)))
         return None

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -108,7 +109,10 @@ class Supervisor:
         for d in sorted(p for p in self.runs_dir.iterdir() if p.is_dir()):
             raw = _read(d / SPEC)
             if raw is None:
-                continue  # spawned never (crash while writing the spec): no process has it
+                # Cut before its spec was written (the spawn comes after): nothing runs
+                # it, so it is as if never launched, and it may be launched now.
+                shutil.rmtree(d, ignore_errors=True)
+                continue
             spec = msgspec.convert(raw["spec"], RunSpec)
             s = Supervised(d, spec)
             pid = _read(d / PID)

@@ -317,3 +317,14 @@ def test_submit_refuses_a_bad_env_entry() -> None:
                                       "--env", "NOVALUE", "--", "true"])
     with pytest.raises(ClientError, match="NAME=VALUE"):
         _run_spec(args)
+
+
+def test_a_run_directory_cut_before_its_spec_is_launched_afresh(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    (state / "runs" / "w.run1").mkdir(parents=True)      # the executor died right after mkdir
+    (state / "runs" / "w.run1" / "spec.json.tmp").write_text("{")
+    sup = Supervisor(state, GPUS, base_env={"PATH": os.environ["PATH"]})
+    assert sup.load() == []
+    s = sup.launch(_spec(tmp_path, "exit 0"))
+    _ended(sup, s)
+    assert sup.exit_of(s).ok
