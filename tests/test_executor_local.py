@@ -328,3 +328,24 @@ def test_a_run_directory_cut_before_its_spec_is_launched_afresh(tmp_path: Path) 
     s = sup.launch(_spec(tmp_path, "exit 0"))
     _ended(sup, s)
     assert sup.exit_of(s).ok
+
+
+def test_gpu_ids_are_given_counted_or_listed_by_nvidia_smi(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from executor.cli import GpuDiscoveryError, gpu_ids
+
+    assert gpu_ids(3, None) == ("0", "1", "2")
+    assert gpu_ids(None, "GPU-a, GPU-b") == ("GPU-a", "GPU-b")
+    with pytest.raises(GpuDiscoveryError, match="does not name 3"):
+        gpu_ids(3, "0,1")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    smi = fake / "nvidia-smi"
+    # What `nvidia-smi --query-gpu=index --format=csv,noheader` prints on a 4-GPU host.
+    smi.write_text('#!/bin/sh\n[ "$1" = "--query-gpu=index" ] || exit 9\nprintf "0\\n1\\n2\\n3\\n"\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    assert gpu_ids(None, None) == ("0", "1", "2", "3")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(GpuDiscoveryError, match="no nvidia-smi"):
+        gpu_ids(None, None)
