@@ -96,11 +96,12 @@ def _explain(args: argparse.Namespace) -> int:
         raise CliError(f"{args.log}: {exc}") from exc
     if engine.state.position == 0:
         raise CliError(f"{args.log}: the log is empty")
+    from streams.state_cli import when
     try:
         exp = explain(engine.state, args.workload)
     except UnknownWorkload:
         raise CliError(f"no workload {args.workload!r} in {args.log}"
-                       + (f" before {args.at}" if args.at is not None else "")) from None
+                       + (f" before {when(args.at)} UTC" if args.at is not None else "")) from None
     if args.json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(exp)).decode() + "\n")
         return 0
@@ -108,10 +109,11 @@ def _explain(args: argparse.Namespace) -> int:
     con.print(f"[bold]{escape(exp.workload)}[/] ({escape(exp.kind)}, {exp.gpus} GPUs as "
               f"{escape(exp.shape)}, min runtime {exp.min_runtime_s} s, "
               f"{'resumable' if exp.resumable else 'not resumable'}) in "
-              f"[bold]{escape(exp.budget)}[/]: [bold]{escape(exp.status)}[/] at {exp.now}")
+              f"[bold]{escape(exp.budget)}[/]: [bold]{escape(exp.status)}[/] at "
+              f"{when(exp.now)} UTC")
     if exp.blocked_by:
         con.print(f"blocked by: [bold red]{escape(exp.blocked_by)}[/]"
-                  + (f" until {exp.until}" if exp.until else ""))
+                  + (f" until {when(exp.until)} UTC" if exp.until else ""))
     for line in exp.summary:
         con.print(f"- {escape(line)}")
     return 0
@@ -305,6 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     from archive.cli import register as register_archive
 
     register_archive(sub)  # allot archive, archive restore, archive status
+    from monitor.cli import register as register_monitor
+
+    register_monitor(sub)  # allot monitor --host NAME
 
     p = sub.add_parser("explain", help="why a workload is where it is",
                        description="Fold LOG (up to --at) and explain WORKLOAD: its fair-share "
@@ -312,7 +317,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("log_and_workload", nargs="+", metavar="[LOG] WORKLOAD",
                    help="an event log (JSON lines) and a workload id; the id alone explains it "
                         "on the running allot (its state API)")
-    p.add_argument("--at", type=int, help="with LOG: explain as of this event time (Unix seconds)")
+    from streams.state_cli import time_value
+
+    p.add_argument("--at", type=time_value, metavar="TIME",
+                   help="with LOG: explain as of this event time (2026-01-16T10:00 UTC, or Unix "
+                        "seconds)")
     p.add_argument("--url", default=None, help="without LOG: the state API (default: allot up's)")
     p.add_argument("--cluster", default=None, help="without LOG: the cluster")
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")

@@ -176,6 +176,7 @@ def _report(args: argparse.Namespace) -> int:
     if not summaries:
         raise AuditError(f"{args.db} holds no runs; load a log first")
     Console().print(render(summaries))
+    _say_warmup(args.db, args.warmup_s, args.run)
     if args.json:
         Path(args.json).write_text(json.dumps(summaries, indent=2) + "\n")
     return 0
@@ -191,8 +192,10 @@ def _sql(args: argparse.Namespace) -> int:
         data = cursor.fetchall()
     finally:
         con.close()
+    _say_warmup(args.db, args.warmup_s)
     if args.csv:
-        writer = csv.writer(sys.stdout)
+        # "\n", not the csv module's default "\r\n": the output goes into shell pipelines.
+        writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(names)
         writer.writerows(data)
         return 0
@@ -201,6 +204,33 @@ def _sql(args: argparse.Namespace) -> int:
         table.add_row(*(escape(_cell(v)) for v in row))
     Console().print(table)
     return 0
+
+
+def _say_warmup(db: str, warmup_s: int | None, runs: Sequence[str] | None = None) -> None:
+    """One line on stderr per run: what the default warm-up left out (stdout stays the data)."""
+    if warmup_s is not None:
+        return  # the user chose it
+    from audit.formatting import format_duration
+
+    con = open_reader(db)
+    try:
+        rows = con.execute(
+            "SELECT u.run, u.warmup_s, u.window_skipped, u.measured_from, s.start_t, s.end_t, "
+            "p.window_s FROM warmup AS u JOIN log_span AS s USING (run) "
+            "JOIN policy AS p USING (run) ORDER BY u.run").fetchall()
+    finally:
+        con.close()
+    for run, w, skipped, measured_from, start, end, window in rows:
+        if runs and run not in runs:
+            continue
+        if skipped:
+            print(f"allot audit: {run}: the log ({format_duration(end - start)}) is no longer "
+                  f"than its lookback window ({format_duration(window)}): measured from its "
+                  f"start, no warm-up left out", file=sys.stderr)
+        elif w:
+            print(f"allot audit: {run}: the first {format_duration(measured_from - start)} of "
+                  f"its {format_duration(end - start)} (one lookback window, to the hour) left "
+                  f"out as warm-up; --warmup-s 0 keeps everything", file=sys.stderr)
 
 
 def _plots(args: argparse.Namespace) -> int:

@@ -128,3 +128,9 @@ ORDER BY run, team;
 SELECT l.run, l.source, l.events, l.lines, s.line, s.reason
 FROM loaded_runs AS l LEFT JOIN skipped_lines AS s USING (run)
 ORDER BY l.run, s.line;
+
+-- Usage against entitlement per budget node for a date range (here: the whole log).
+SELECT run, node, hours, round(entitled_gpu_h, 1) AS entitled_gpu_h,
+       round(allocated_gpu_h, 1) AS allocated_gpu_h, round(ratio, 3) AS ratio
+FROM usage_against_entitlement(0, epoch(TIMESTAMP '2100-01-01'))
+ORDER BY run, node;

@@ -30,6 +30,7 @@ from projections.workloads import PENDING, RUNNING
 from scheduler.index.fair_share_order import Level, Ranking, commitments
 from scheduler.policy.cycle import Outcome, decide
 from scheduler.state import State
+from scheduler.time_text import date_text, duration_text
 
 
 class UnknownWorkload(KeyError):
@@ -100,7 +101,8 @@ def explain(state: State, workload_id: str) -> Explanation:
                          "preempt it.")
         elif w.protected_until is None or w.protected_until > now:
             until = "until it ends" if w.protected_until is None else \
-                f"for {w.protected_until - now} s more (until {w.protected_until})"
+                (f"for {duration_text(w.protected_until - now)} more (until "
+                 f"{date_text(w.protected_until)})")
             words.append(f"It is protected {until}; only a host failure can stop it.")
         else:
             words.append("Its protection has ended: a better-ranked allocation that needs its "
@@ -115,9 +117,50 @@ def explain(state: State, workload_id: str) -> Explanation:
     else:
         words.append(f"It has ended: {w.status}.")
     if exp.last_preemption is not None:
-        reason, by, at = exp.last_preemption
-        words.append(f"It was last preempted at {at} ({reason}" + (f", by {by})." if by else ")."))
+        words.append(_preemption_sentence(state, w.budget, *exp.last_preemption))
     return exp
+
+
+# Why a preemptor could take the victim's GPUs, per preemption reason.
+_BECAUSE = {
+    "fair_share": "{theirs} was less used per share over the window than {yours}",
+    "reclaim": "{yours} held more than its guaranteed fraction of the cluster, and {theirs} "
+               "stayed within its own",
+    "priority": "it is work of the same budget with a higher priority",
+    "reservation": "it held a reservation on those hosts, and the work there had started "
+                   "after it was made (backfill)",
+    "reclaim_unallocated": "the preempted run was unallocated (free work gives way to any "
+                           "allocated work)",
+}
+
+
+def _preemption_sentence(state: State, leaf: str, reason: str, by: str | None, at: int) -> str:
+    """The last preemption in words: when, by whom, and why they outranked this workload."""
+    words = f"It was last preempted on {date_text(at)} ({reason}"
+    if by is None:
+        return words + ")."
+    pre = state.workloads.all.get(by)
+    if pre is None:
+        return words + f", by {by})."
+    words += f", by {by} of {pre.budget})"
+    yours, theirs = _sides(leaf, pre.budget)
+    because = _BECAUSE.get(reason)
+    if because is None:
+        return words + "."
+    return words + ": " + because.format(yours=yours, theirs=theirs) + "."
+
+
+def _sides(leaf: str, other: str) -> tuple[str, str]:
+    """The two budget nodes where the paths of ``leaf`` and ``other`` part (the leaves if they do not)."""
+    a, b = leaf.split("/"), other.split("/")
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return "/".join(a[:i + 1]), "/".join(b[:i + 1])
+    return leaf, other
+
+
+def _date(t: int | None) -> str:
+    return "an unknown time" if t is None else date_text(t)
 
 
 def _rank_sentence(leaf: str, levels: list[Level]) -> str:
@@ -154,10 +197,10 @@ def _explain_pending(state: State, w, exp: Explanation) -> None:
     if reason == "reserved":
         if w.id in state.reservations:
             words.append(f"It holds a reservation on {', '.join(outcome.hosts)}: it starts by "
-                         f"{outcome.until}, when the protection of the work there ends.")
+                         f"{_date(outcome.until)}, when the protection of the work there ends.")
         else:
             words.append(f"It is next in line for a reservation (on {', '.join(outcome.hosts)} "
-                         f"until {outcome.until}); the scheduler records it as soon as other "
+                         f"until {_date(outcome.until)}); the scheduler records it as soon as other "
                          f"work would compete for those hosts.")
     elif reason == "no_free_gpus":
         words.append("Unallocated work only starts on free GPUs that no allocated work can use: "
@@ -166,7 +209,7 @@ def _explain_pending(state: State, w, exp: Explanation) -> None:
         words.append(f"{outcome.detail[0].upper()}{outcome.detail[1:]}: it fits once faulty hosts "
                      f"are repaired.")
     elif reason == "reserved_hosts":
-        words.append(f"{outcome.detail[0].upper()}{outcome.detail[1:]} ({outcome.until}, held "
+        words.append(f"{outcome.detail[0].upper()}{outcome.detail[1:]} ({_date(outcome.until)}, held "
                      f"for {outcome.holder}); its own protection would outlast that.")
     elif reason == "fragmentation":
         words.append(f"{outcome.detail[0].upper()}{outcome.detail[1:]}.")
@@ -174,7 +217,7 @@ def _explain_pending(state: State, w, exp: Explanation) -> None:
         extra = (f" The reservation slot of its size is held by {outcome.holder}; it is next "
                  f"when that one starts." if outcome.holder else "")
         words.append(f"The GPUs it needs are held by work it may preempt once that work's "
-                     f"minimum runtime ends, at {outcome.until} at the latest.{extra}")
+                     f"minimum runtime ends, by {_date(outcome.until)} at the latest.{extra}")
     elif reason == "search_budget":
         words.append("It could preempt its way in now, but this cycle's preemption searches ran "
                      "out before its turn; the next cycle tries again.")

@@ -62,7 +62,9 @@ def register(subparsers: Any) -> None:
         description="Publish workload.submitted on the inbox and wait for the journal: print "
                     "whether it was accepted or rejected (and why). With --follow, also wait "
                     "for the workload's first scheduling decision (started, with placement). "
-                    "Exit status: 0 accepted, 1 rejected or dead-lettered, 2 error.")
+                    "Exit status: 0 accepted (or a duplicate: the same workload with the same "
+                    "contract, nothing changed), 1 rejected or dead-lettered, 2 error, 3 "
+                    "still pending at the end of --timeout with --follow.")
     p.add_argument("--budget", required=True, help="the budget leaf, e.g. lab/llm/pretrain/alice")
     p.add_argument("--gpus", type=int, required=True, help="GPUs in total")
     p.add_argument("--hosts", type=int, default=1, help="hosts of a gang (default 1)")
@@ -99,10 +101,21 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_guarded(_submit))
 
     p = subparsers.add_parser(
-        "cancel", help="cancel a workload", description="Publish workload.cancelled and print "
-        "what it caused (only the owner or a manager of its budget may cancel).")
-    p.add_argument("workload", help="the workload id")
+        "cancel", help="cancel a workload, or every one of a user or budget (scancel -u)",
+        description="Publish workload.cancelled and print what it caused (only the owner or a "
+        "manager of its budget may cancel). With --user and/or --budget instead of an id: one "
+        "cancel per pending or running workload that matches, as the worker's state API lists "
+        "them (like scancel -u).")
+    p.add_argument("workload", nargs="?", default=None, help="the workload id")
     p.add_argument("--reason", default="", help="why (free text)")
+    p.add_argument("--user", dest="match_user", default=None, metavar="USER",
+                   help="cancel every pending or running workload of USER")
+    p.add_argument("--budget", dest="match_budget", default=None, metavar="PATH",
+                   help="cancel every pending or running workload in PATH's subtree")
+    p.add_argument("--dry-run", action="store_true",
+                   help="with --user/--budget: list what would be cancelled, publish nothing")
+    p.add_argument("--url", default=None,
+                   help="with --user/--budget: the state API (default: the running allot up's)")
     common(p)
     p.set_defaults(func=_guarded(_cancel))
 
@@ -146,6 +159,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("host")
     common(p)
     p.set_defaults(func=_guarded(_repair))
+    p = hsub.add_parser("remove", help="remove a host from the cluster",
+                        description="Publish host.removed (refused while workloads run on it: "
+                                    "fault it first to drain it).")
+    p.add_argument("host")
+    common(p)
+    p.set_defaults(func=_guarded(_remove_host))
     p = hsub.add_parser("add", help="add a host", description="Publish host.added.")
     p.add_argument("host")
     p.add_argument("--gpus", type=int, default=8, help="GPUs (default 8)")
@@ -231,13 +250,32 @@ def _envelope(ctx: _Ctx, prefix: str) -> dict[str, Any]:
             "actor": ctx.actor, "source": "allot-cli"}
 
 
-def _send(ctx: _Ctx, event: Event, follow: Callable[[Event], bool] | None = None) -> int:
+EXIT_PENDING = 3
+
+
+def _send(ctx: _Ctx, event: Event, follow: Callable[[Event], bool] | None = None,
+          existing: str | None = None) -> int:
+    """Publish and print; ``existing``: the status of the workload a submission repeats."""
     async def go() -> Result:
         async with Client(ctx.bootstrap, ctx.prefix, signer=ctx.signer) as c:
             return await c.request(event, timeout=ctx.timeout, follow=follow)
 
     res = asyncio.run(go())
+    if existing is not None and res.ok and not res.decisions:
+        # The scheduler ignores an identical re-submission: say so, not "accepted".
+        res.status = "duplicate"
     _print(res, ctx.json)
+    if res.status == "duplicate":
+        if not ctx.json:
+            print(f"  {getattr(event, 'workload', '')} was already submitted with the same "
+                  f"contract ({existing}); nothing changed")
+        return 0
+    if follow is not None and res.ok and not res.followed:
+        if not ctx.json:
+            print(f"still pending after {ctx.timeout:g} s: no decision yet for "
+                  f"{getattr(event, 'workload', '')} (see `allot explain "
+                  f"{getattr(event, 'workload', '')}`)")
+        return EXIT_PENDING
     return 0 if res.ok else EXIT_REJECTED
 
 
@@ -258,7 +296,7 @@ def _print(res: Result, as_json: bool) -> None:
         con.print(f"[red]dead letter[/]: {res.id} was not taken: [bold]{dl.get('reason')}[/] "
                   f"({dl.get('detail', '')})")
         return
-    colour = "green" if res.ok else "red"
+    colour = "green" if res.ok else "yellow" if res.status == "duplicate" else "red"
     con.print(f"[{colour}]{res.status}[/]: {what} {res.id} ({where}, {res.seconds * 1000:.0f} ms)")
     for d in [*res.decisions, *res.followed]:
         con.print("  " + describe(d))
@@ -308,11 +346,15 @@ def _submit(args: Any) -> int:
                               **_run_spec(args))
     except (TypeError, msgspec.ValidationError) as exc:
         raise ClientError(str(exc)) from None
+    from streams.state_cli import workload_status
+
+    # Only a named workload can repeat one (a fresh id cannot): ask the state API, if any.
+    existing = workload_status(workload, ctx.cluster, ctx.bootstrap) if args.workload else None
     follow = None
-    if args.follow:
+    if args.follow and existing is None:
         lifecycle = ("workload.started", "workload.preempted", "workload.rejected")
         follow = lambda d: tag_of(type(d)) in lifecycle and getattr(d, "workload", None) == workload  # noqa: E731
-    return _send(ctx, e, follow)
+    return _send(ctx, e, follow, existing)
 
 
 def _run_spec(args: Any) -> dict[str, Any]:
@@ -337,6 +379,10 @@ def _run_spec(args: Any) -> dict[str, Any]:
 def _cancel(args: Any) -> int:
     from events import WorkloadCancelled
 
+    if args.match_user or args.match_budget or args.workload is None:
+        from streams.state_cli import cancel_matching
+
+        return cancel_matching(args)
     ctx = _ctx(args)
     return _send(ctx, WorkloadCancelled(**_envelope(ctx, "cancel"), workload=args.workload,
                                         reason=args.reason))
@@ -385,3 +431,10 @@ def _add_host(args: Any) -> int:
     ctx = _ctx(args)
     return _send(ctx, HostAdded(**_envelope(ctx, "host"), host=args.host, gpus=args.gpus,
                                 rack=args.rack, block=args.block))
+
+
+def _remove_host(args: Any) -> int:
+    from events import HostRemoved
+
+    ctx = _ctx(args)
+    return _send(ctx, HostRemoved(**_envelope(ctx, "host"), host=args.host))

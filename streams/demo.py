@@ -127,6 +127,7 @@ def play(stack: Any, scenario: Scenario, scenario_path: str, out: Path, con: Any
     report.wall_s = time.monotonic() - t0
     _verdict(report)
     (out / "report.json").write_bytes(msgspec.json.format(msgspec.json.encode(report)))
+    con.print(legend(report))
     if report.passed:
         con.print(f"[bold green]PASS[/]: {report.journal_inputs:,} inputs and "
                   f"{report.journal_decisions:,} decisions through Kafka in "
@@ -136,6 +137,28 @@ def play(stack: Any, scenario: Scenario, scenario_path: str, out: Path, con: Any
     else:
         con.print("[bold red]FAIL[/]: " + "; ".join(report.reasons))
     return report.passed
+
+
+def legend(r: DemoReport) -> str:
+    """What the audit table's figures mean and what PASS checks (printed beside the verdict)."""
+    from rich.markup import escape
+
+    checks = ["the replay re-derives every decision of the exported journal",
+              "the audit loaded it", "every input the demo published is in the journal",
+              "work started and finished"]
+    if r.projections_checked:
+        checks.append("the Faust projections' windows equal the audit's")
+    return escape(
+        "How to read this:\n"
+        "  table    the same scenario twice: 'live (Kafka)' is what the live stack decided, "
+        "'simulated' the simulator on the same workloads; close columns mean the live "
+        "pipeline schedules as the simulator predicts. The first day is left out (warm-up: "
+        "usage windows start empty). Every row is defined in docs/audit.md, 'The report'.\n"
+        "  received / owed  GPU-hours a team got over what it was owed (its share, capped "
+        "hour by hour at its demand); 100% = every team got its due.\n"
+        "  wait pNN  queue-wait percentiles; work that never started counts with its wait so "
+        "far ('>=' marks a lower bound).\n"
+        "  PASS     checks that " + "; ".join(checks) + ". It does not grade the figures.")
 
 
 def _verdict(r: DemoReport) -> None:

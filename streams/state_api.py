@@ -205,6 +205,26 @@ class StateApi:
                           "fraction of the parent; a ratio below 1 is under-served and is served "
                           "first (lower is better)"}
 
+    # -- active workloads (what ``allot cancel --user/--budget`` cancels) ---------------------
+
+    def workloads(self, cluster: str | None = None, user: str | None = None,
+                  budget: str | None = None) -> dict[str, Any]:
+        """Every pending or running workload, optionally of one user and/or budget subtree."""
+        c, e = self._engine(cluster)
+        st = e.state
+        rows = []
+        for w in st.workloads.all.values():
+            if w.status not in (PENDING, RUNNING):
+                continue
+            if user and w.user != user:
+                continue
+            if budget and not (w.budget == budget or w.budget.startswith(budget + "/")):
+                continue
+            rows.append({"workload": w.id, "user": w.user, "budget": w.budget, "gpus": w.gpus,
+                         "kind": w.kind, "status": w.status, "submitted_at": w.submitted_at})
+        rows.sort(key=lambda r: (r["submitted_at"], r["workload"]))
+        return {"cluster": c, "now": st.now, "rows": rows}
+
     # -- hosts --------------------------------------------------------------------------------
 
     def hosts(self, cluster: str | None = None) -> dict[str, Any]:
@@ -381,6 +401,8 @@ def http_routes(api: StateApi, on_loop: Any) -> Any:
             "/api/queue": lambda: api.queue(cl, q.get("user") or None, q.get("budget") or None,
                                             limit=num(q, "limit") or 2_000),
             "/api/hosts": lambda: api.hosts(cl),
+            "/api/workloads": lambda: api.workloads(cl, q.get("user") or None,
+                                                    q.get("budget") or None),
             "/api/budgets": lambda: api.budgets(cl, q.get("path") or None),
             "/api/history": lambda: api.history(cl, q.get("user") or None,
                                                 q.get("budget") or None, num(q, "since"),

@@ -150,6 +150,16 @@ def date_value(text: str) -> int:
     return int(d.timestamp())
 
 
+def time_value(text: str) -> int:
+    """``date_value`` for argparse: a bad date is a usage error (one line), not an exception."""
+    import argparse
+
+    try:
+        return date_value(text)
+    except StateApiError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def duration_value(text: str) -> int:
     """Seconds from ``3600``, ``90s``, ``10m``, ``2h``, ``1d``, ``1h30m`` or Slurm's ``1:00:00`` / ``2-00:00:00``."""
     import argparse
@@ -328,6 +338,89 @@ def _history(args: Any) -> int:
     return 0
 
 
+def state_url_for(bootstrap: str) -> str | None:
+    """The state API of the stack on ``bootstrap``: ``$ALLOT_STATE_URL``, else ``allot up``'s if
+    that is the broker in use; None when neither (a check that needs it is then skipped)."""
+    url = os.environ.get("ALLOT_STATE_URL")
+    if url:
+        return url.rstrip("/")
+    info = read_run_file()
+    if info and info.get("state_url") and info.get("bootstrap") == bootstrap:
+        return str(info["state_url"]).rstrip("/")
+    return None
+
+
+def workload_status(workload: str, cluster: str, bootstrap: str) -> str | None:
+    """The status of ``workload`` on the live cluster, or None (unknown, or no state API)."""
+    url = state_url_for(bootstrap)
+    if url is None:
+        return None
+    try:
+        data = get(url, f"/api/explain/{urllib.parse.quote(workload, safe='')}", cluster=cluster)
+    except StateApiError:
+        return None
+    return str(data.get("status") or "known")
+
+
+def cancel_matching(args: Any) -> int:
+    """``allot cancel --user U`` / ``--budget PATH``: one cancel per active workload that matches."""
+    import asyncio
+
+    from events import WorkloadCancelled
+    from streams.client import Client
+    from streams.commands import _ctx, _envelope, _print
+    from streams.errors import ClientError
+
+    if args.workload is not None:
+        raise ClientError("give a workload id or --user/--budget, not both")
+    if not (args.match_user or args.match_budget):
+        raise ClientError("give a workload id, or --user USER and/or --budget PATH")
+    ctx = _ctx(args)
+    url = (args.url.rstrip("/") if args.url else state_url_for(ctx.bootstrap)) or state_url(None)
+    data = get(url, "/api/workloads", cluster=ctx.cluster, user=args.match_user,
+               budget=args.match_budget)
+    rows = data["rows"]
+    what = " and ".join(x for x in (f"user {args.match_user}" if args.match_user else "",
+                                    f"budget {args.match_budget}" if args.match_budget else "") if x)
+    if not rows:
+        if args.json:
+            _out({"cluster": data["cluster"], "matched": 0, "results": []})
+        else:
+            print(f"nothing to cancel: no pending or running workload of {what}")
+        return 0
+    if args.dry_run:
+        if args.json:
+            _out({"cluster": data["cluster"], "matched": len(rows), "would_cancel": rows})
+        else:
+            for r in rows:
+                print(f"would cancel {r['workload']} ({r['status']}, {r['user']}, {r['budget']}, "
+                      f"{r['gpus']} GPUs)")
+        return 0
+
+    async def go() -> list[Any]:
+        out = []
+        async with Client(ctx.bootstrap, ctx.prefix, signer=ctx.signer) as c:
+            for r in rows:
+                e = WorkloadCancelled(**_envelope(ctx, "cancel"), workload=r["workload"],
+                                      reason=args.reason)
+                out.append(await c.request(e, timeout=ctx.timeout))
+        return out
+
+    results = asyncio.run(go())
+    if args.json:
+        import msgspec
+
+        _out({"cluster": data["cluster"], "matched": len(rows),
+              "results": msgspec.to_builtins(results)})
+    else:
+        for res in results:
+            _print(res, False)
+        ok = sum(1 for r in results if r.ok)
+        print(f"{ok} of {len(rows)} workload(s) of {what} cancelled"
+              + (f", {len(rows) - ok} refused" if ok < len(rows) else ""))
+    return 0 if all(r.ok for r in results) else 1
+
+
 def live_explain(args: Any) -> int:
     """``allot explain ID`` on the live cluster (no log file given)."""
     data = get(state_url(getattr(args, "url", None)), f"/api/explain/{args.workload}",
@@ -353,6 +446,21 @@ def live_explain(args: Any) -> int:
     return 0
 
 
-__all__ = ["StateApiError", "date_value", "discovered_bootstrap", "get", "live_explain",
-           "read_run_file", "register", "register_budget_show", "remove_run_file", "run_file",
-           "state_url", "when", "write_run_file"]
+__all__ = [
+    "StateApiError",
+    "cancel_matching",
+    "date_value",
+    "discovered_bootstrap",
+    "get",
+    "live_explain",
+    "read_run_file",
+    "register",
+    "register_budget_show",
+    "remove_run_file",
+    "run_file",
+    "state_url",
+    "state_url_for",
+    "when",
+    "workload_status",
+    "write_run_file",
+]

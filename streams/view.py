@@ -94,16 +94,28 @@ def render(view: LiveView, limit: int = 12) -> RenderableType:
     st = view.state
     wl = st.workloads
     cl = st.cluster_state
-    busy = sum(x.gpus for x in wl.running.values())
-    capacity = cl.capacity
-    faulty = sum(1 for h in cl.hosts.values() if h.health != "ok")
+    healthy = [h for h in cl.hosts.values() if h.health == "ok"]
+    capacity = sum(h.gpus for h in healthy)  # a faulty host is no capacity, even while it drains
+    busy = sum(h.gpus - h.free for h in healthy)
+    faulty = sorted((h for h in cl.hosts.values() if h.health != "ok"), key=lambda h: h.name)
+    draining = sum(h.gpus - h.free for h in faulty)
     head = Text.assemble(
         ("allot ", "bold"), (view.cluster, "bold cyan"), f"  {_when(st.now)}   ",
-        (f"{busy}/{capacity}", "bold"), " GPUs busy   ",
+        (f"{busy}/{capacity}", "bold"), " GPUs busy on healthy hosts   ",
         (f"{wl.pending_count()}", "bold"), " pending   ",
         (f"{len(wl.running)}", "bold"), " running   ",
-        (f"{faulty}", "bold red" if faulty else "bold"), " faulty hosts   ",
         f"{view.records:,} journal records")
+    if faulty:
+        shown = ", ".join(f"{h.name} ({h.health}" + (f": {h.fault_reason}" if h.fault_reason else "")
+                          + ")" for h in faulty[:8]) + (f", ... {len(faulty) - 8} more"
+                                                       if len(faulty) > 8 else "")
+        head = Text.assemble(head, "\n", (f"{len(faulty)} faulty host(s)", "bold red"),
+                             " (not in capacity" + (f"; {draining} GPUs still draining"
+                                                     if draining else "") + "): ", shown)
+    else:
+        head = Text.assemble(head, "\n", "no faulty hosts")
+    # Whole workload ids, never cut: they are what `allot cancel` and `allot explain` take.
+    id_width = max([len(x.id) for x in wl.running.values()] + [8])
     q = Table(title="queue: allocations in the order the next cycle serves them",
               title_justify="left", expand=True, show_edge=False, pad_edge=False)
     q.add_column("#", justify="right", width=3)
@@ -111,7 +123,7 @@ def render(view: LiveView, limit: int = 12) -> RenderableType:
     q.add_column("sort metric: used / entitled share of the parent, level by level", ratio=3)
     q.add_column("pending", justify="right")
     q.add_column("GPUs", justify="right")
-    q.add_column("next in line", ratio=2)
+    q.add_column("next in line", ratio=2, overflow="fold")
     for r in queue_rows(st, limit):
         key = "  ".join(f"{n} {u:.0%}/{s:.0%}={ratio:.2f}" if ratio != float("inf")
                         else f"{n} -" for n, u, s, ratio in r["key"])
@@ -122,7 +134,8 @@ def render(view: LiveView, limit: int = 12) -> RenderableType:
     free = Text(f"unallocated, waiting for idle GPUs: {free_n} workload(s)"
                 + (f" in {len(wl.pending_free)} allocation(s)" if free_n else ""), style="dim")
     r = Table(title="running", title_justify="left", expand=True, show_edge=False, pad_edge=False)
-    for c in ("workload", "allocation", "GPUs", "hosts", "for", "protection"):
+    r.add_column("workload", no_wrap=True, min_width=id_width)
+    for c in ("allocation", "GPUs", "hosts", "for", "protection"):
         r.add_column(c, justify="right" if c in ("GPUs", "for") else "left")
     running = sorted(wl.running.values(), key=lambda x: (-(x.gpus), x.id))
     for x in running[:limit]:
@@ -146,6 +159,9 @@ def snapshot(view: LiveView) -> dict[str, Any]:
     st = view.state
     return {
         "cluster": view.cluster, "now": st.now, "records": view.records,
+        "capacity": sum(h.gpus for h in st.cluster_state.hosts.values() if h.health == "ok"),
+        "faulty_hosts": [{"host": h.name, "health": h.health, "reason": h.fault_reason}
+                         for _, h in sorted(st.cluster_state.hosts.items()) if h.health != "ok"],
         "queue": queue_rows(st, limit=1_000),
         "unallocated_pending": sum(len(v) for v in st.workloads.pending_free.values()),
         "running": [{"workload": x.id, "budget": x.budget, "gpus": x.gpus,
@@ -186,7 +202,9 @@ def _top(args: Any) -> int:
     try:
         settings = discovered_settings(args)  # the running ``allot up``'s broker if none is named
         cluster = args.cluster or settings.clusters[0]
-        return asyncio.run(_run_top(settings.bootstrap, settings.topic_prefix, cluster, args))
+        known = _api_clusters(settings.bootstrap)
+        return asyncio.run(_run_top(settings.bootstrap, settings.topic_prefix, cluster, args,
+                                    known=known if known is not None else tuple(settings.clusters)))
     except AllotError as exc:
         print(f"allot top: error: {exc}", file=sys.stderr)
         return 2
@@ -194,7 +212,21 @@ def _top(args: Any) -> int:
         return 0
 
 
-async def _run_top(bootstrap: str, prefix: str, cluster: str, args: Any) -> int:
+def _api_clusters(bootstrap: str) -> tuple[str, ...] | None:
+    """The clusters the stack's state API schedules, if one answers for this broker."""
+    from streams.state_cli import StateApiError, get, state_url_for
+
+    url = state_url_for(bootstrap)
+    if url is None:
+        return None
+    try:
+        return tuple(c["cluster"] for c in get(url, "/api/clusters").get("clusters", ()))
+    except (StateApiError, KeyError, TypeError):
+        return None
+
+
+async def _run_top(bootstrap: str, prefix: str, cluster: str, args: Any,
+                   known: tuple[str, ...] = ()) -> int:
     import logging
     import sys
 
@@ -209,10 +241,18 @@ async def _run_top(bootstrap: str, prefix: str, cluster: str, args: Any) -> int:
     async with Client(bootstrap, prefix, client_id="allot-top") as c:
         tail = await c.tail(cluster, start="begin")
         try:
+            seen: set[str] = set()  # clusters whose records share this journal partition
+            while not tail.caught_up:
+                for item in await tail.poll(500):
+                    seen.add(item.event.cluster)
+                    view.add(item.event)
+            if cluster not in known and cluster not in seen:
+                from events.errors import AllotError
+
+                names = sorted(set(known) | seen)
+                raise AllotError(f"unknown cluster {cluster!r}: nothing in the journal and not "
+                                 f"configured (known: {', '.join(names) or 'none'})")
             if args.once:
-                while not tail.caught_up:
-                    for item in await tail.poll(500):
-                        view.add(item.event)
                 for item in await tail.poll(200):
                     view.add(item.event)
                 if args.json:

@@ -56,8 +56,14 @@ def _value(cluster: str, n: int) -> bytes:
                                 "actor": "ticker", "source": "test", "cause": None})
 
 
-def _feed(live: Live, sent: dict[int, list[bytes]], done: threading.Event) -> None:
-    """Produce RECORDS journal records over a few seconds, in bursts."""
+def _feed(live: Live, sent: dict[int, list[bytes]], done: threading.Event,
+          stop: threading.Event) -> None:
+    """Produce journal records in bursts: at least RECORDS, and on until ``stop``.
+
+    Feeding until the kill loop ends (not a fixed count) keeps every archiver
+    of the loop busy with new records, so its fault hook fires at a commit
+    however slowly a loaded machine starts it.
+    """
     journal = topic(JOURNAL, live.prefix)
     rng = random.Random(SEED)
 
@@ -74,7 +80,7 @@ def _feed(live: Live, sent: dict[int, list[bytes]], done: threading.Event) -> No
             assert md.offset == len(sent[p]) - 1
 
     n = 0
-    while n < RECORDS:
+    while n < RECORDS or not stop.is_set():
         size = rng.randint(50, 600)
         live.bg.run(burst([(CLUSTERS[(n + i) % 3], _value(CLUSTERS[(n + i) % 3], n + i))
                            for i in range(size)]))
@@ -98,7 +104,8 @@ def test_kill_9_in_a_loop_archives_every_record_once(live: Live, tmp_path: Path)
     root = tmp_path / "archive"
     sent: dict[int, list[bytes]] = {}
     done = threading.Event()
-    feeder = threading.Thread(target=_feed, args=(live, sent, done), daemon=True)
+    stop = threading.Event()
+    feeder = threading.Thread(target=_feed, args=(live, sent, done, stop), daemon=True)
     feeder.start()
     faults = ["before_commit", "after_commit"]
     kills = {"outside": 0, "before_commit": 0, "after_commit": 0}
@@ -107,7 +114,7 @@ def test_kill_9_in_a_loop_archives_every_record_once(live: Live, tmp_path: Path)
         env = {"ALLOT_ARCHIVE_FAULT": f"{fault}:{rng.randint(1, 4)}"} if fault else {}
         proc = _archiver(live, root, env=env)
         try:
-            proc.wait(timeout=10.0 if fault else rng.uniform(1.0, 3.0))
+            proc.wait(timeout=60.0 if fault else rng.uniform(1.0, 3.0))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -116,6 +123,7 @@ def test_kill_9_in_a_loop_archives_every_record_once(live: Live, tmp_path: Path)
             assert proc.returncode == -9, proc.stderr.read().decode() if proc.stderr else ""
             assert fault is not None
             kills[fault] += 1
+    stop.set()
     feeder.join(120)
     assert done.is_set()
     last = _archiver(live, root, "--once", "--json", stdout=subprocess.PIPE)

@@ -195,7 +195,8 @@ VIEWS = ("accepted_events", "policy", "workloads", "runs", "run_slots", "gpu_hou
          "waits", "wait_percentiles", "preemptions", "host_faults", "fragmentation_by_hour",
          "occupancy_by_hour", "log_span", "hours", "budget_nodes", "teams", "lifecycle",
          "host_changes", "host_intervals", "cluster_hours", "team_demand_by_hour", "entitlement_changes",
-         "share_changes", "workload_events", "warmup", "stranded_by_hour", "largest_gang_waits")
+         "share_changes", "workload_events", "warmup", "stranded_by_hour", "largest_gang_waits",
+         "node_usage_by_hour")
 
 
 def test_docs_describe_every_view_column() -> None:
@@ -245,3 +246,58 @@ def test_one_duration_formatter_for_the_report_the_page_and_the_plots() -> None:
     text = console.export_text()
     assert "1.5 h" in text and "1.6 min" in text and "90.0 min" not in text
     assert html_report.format_metric("sim_seconds", 5400) == format_duration(5400) == "1.5 h"
+
+
+def _round(rows: list) -> list:
+    return [tuple(round(v, 9) if isinstance(v, float) else v for v in r) for r in rows]
+
+
+def test_usage_against_entitlement_for_a_date_range(tmp_path: Path) -> None:
+    """The ready answer to "usage against entitlement per node", worked out by hand."""
+    con = loaded(tmp_path, r=two_teams().events)
+    got = con.execute("SELECT node, hours, entitled_gpu_h, allocated_gpu_h, unallocated_gpu_h, "
+                      "ratio FROM usage_against_entitlement(0, 7200)").fetchall()
+    assert _round(got) == _round([
+        ("lab", 2, 20.0, 18.0, 0.5, 0.9),          # 10 GPUs x 2 h; a1 16 + b1 2; u1 0.5
+        ("lab/a", 2, 14.0, 16.0, 0.0, 16 / 14),    # 70 %: 14 GPU-h; a1 8 GPUs x 2 h
+        ("lab/b", 2, 6.0, 2.0, 0.5, 2 / 6),        # 30 %: 6 GPU-h; b1 2 GPUs 0.5-1.5 h
+    ])
+    second = con.execute("SELECT node, entitled_gpu_h, allocated_gpu_h FROM "
+                         "usage_against_entitlement(3600, 7200) WHERE node <> 'lab'").fetchall()
+    assert _round(second) == [("lab/a", 7.0, 8.0), ("lab/b", 3.0, 1.0)]
+    # Its entitlement is the owed-vs-received one, hour by hour.
+    assert con.execute("SELECT sum(n.entitled_gpu_h) - sum(o.entitled_gpu_h) FROM node_usage_by_hour "
+                       "AS n JOIN owed_received AS o ON o.run = n.run AND o.team = n.node "
+                       "AND o.hour = n.hour").fetchone()[0] == pytest.approx(0.0)
+
+
+def test_the_default_warm_up_fits_the_log_and_csv_ends_lines_with_lf(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A log shorter than its 7-day window is measured from its start, and the command says so."""
+    log = two_teams()
+    log.events[0] = log.mk.policy(team_depth=1, host_gpus=10, window_s=7 * 86400)
+    path = tmp_path / "short" / "events.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(encode_lines(log.events))
+    db = str(tmp_path / "a.duckdb")
+    assert run_cli(capsys, "audit", "load", str(path), "--db", db)[0] == 0
+    code, out, err = run_cli(capsys, "audit", "sql", "SELECT warmup_s, window_skipped, measured_s "
+                             "FROM warmup", "--db", db, "--csv")
+    assert code == 0 and out == "warmup_s,window_skipped,measured_s\n0,True,7200\n"
+    assert "\r" not in out
+    assert "short: the log (2 h) is no longer than its lookback window (7 d): measured from its " \
+           "start" in err
+    code, out, err = run_cli(capsys, "audit", "report", "--db", db)
+    assert code == 0 and "measured from its start" in err
+    # Chosen by the user: nothing to say.
+    code, out, err = run_cli(capsys, "audit", "sql", "SELECT 1 AS x", "--db", db, "--csv",
+                             "--warmup-s", "0")
+    assert (out, err) == ("x\n1\n", "")
+    # A log longer than its window still leaves the window out, and says how much.
+    log.events[0] = log.mk.policy(team_depth=1, host_gpus=10, window_s=1800)
+    path.write_bytes(encode_lines(log.events))
+    assert run_cli(capsys, "audit", "load", str(path), "--db", db, "--replace")[0] == 0
+    code, out, err = run_cli(capsys, "audit", "sql", "SELECT warmup_s, window_skipped FROM warmup",
+                             "--db", db, "--csv")
+    assert out == "warmup_s,window_skipped\n1800,False\n"
+    assert "the first 1 h of its 2 h (one lookback window, to the hour) left out" in err

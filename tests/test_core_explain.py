@@ -112,4 +112,28 @@ def test_a_reservation_holder_is_told_when_it_starts():
     s, _ = _blocked(_reserved_hosts)
     exp = explain(s.state, "G")
     assert (exp.blocked_by, exp.hosts, exp.until) == ("reserved", ("h0", "h1"), 1000)
-    assert "It holds a reservation on h0, h1: it starts by 1000" in exp.summary[-1]
+    assert ("It holds a reservation on h0, h1: it starts by 1970-01-01 00:16:40 UTC"
+            in exp.summary[-1])
+
+
+def test_the_last_preemption_names_the_preemptor_its_side_and_why() -> None:
+    """A preempted workload is told when, by whom, and why they outranked it, in dates."""
+    s = Sim(hosts=2, preemption_rule="reclaim", borrowed_protection_s=0)
+    s.submit("a1", "lab/a", 8, 3600)
+    s.submit("a2", "lab/a", 8, 3600)
+    s.tick()
+    s.at(60)
+    s.submit("b1", "lab/b", 8, 3600)
+    s.tick()
+    text = " ".join(explain(s.state, "a2").summary)
+    assert ("It was last preempted on 1970-01-01 00:01:00 UTC (reclaim, by b1 of lab/b): "
+            "lab/a held more than its guaranteed fraction of the cluster, and lab/b stayed "
+            "within its own.") in text
+
+
+def test_durations_and_dates_read_as_words() -> None:
+    from scheduler.time_text import date_text, duration_text
+
+    assert [duration_text(s) for s in (0, 45, 720, 9000, 268_000)] == [
+        "0 s", "45 s", "12 min", "2.5 h", "3.1 d"]
+    assert date_text(1767571200) == "2026-01-05 00:00:00 UTC"

@@ -34,7 +34,7 @@ ALLOWED: dict[str, set[str]] = {
     "streams": {"events", "projections", "scheduler", "simulator", "native", "forecast",
                 "identity", "dashboard"},
     "allot": {"events", "projections", "scheduler", "simulator", "audit", "streams", "native",
-              "whatif", "forecast", "archive", "identity", "executor"},
+              "whatif", "forecast", "archive", "identity", "monitor", "executor"},
     # Keys and signatures; its audit verb reads the journal through streams.
     "identity": {"events", "streams"},
     # The dashboard's static page and where it lies: imports nothing of allot.
@@ -45,6 +45,8 @@ ALLOWED: dict[str, set[str]] = {
     "whatif": {"events", "projections", "scheduler", "audit"},
     # Forecasts are pure: a state snapshot and assumptions in, a start estimate out.
     "forecast": {"events", "projections", "scheduler"},
+    # The host monitor: health checks in, host events out through the streams client.
+    "monitor": {"events", "streams"},
 }
 
 # Libraries of the edges that the pure core must not import (I/O, terminals, databases).

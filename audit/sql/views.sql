@@ -214,18 +214,24 @@ HAVING count(*) FILTER (WHERE type = 'host.faulted') > 0;
 
 -- Every run starts cold: empty usage windows, an empty queue. The figures leave
 -- out its first `warmup_s` seconds: by default one lookback window (the
--- policy's `window_s`), or the value of the SQL variable `allot_warmup_s`
--- (`SET VARIABLE allot_warmup_s = 0` keeps everything; `allot audit report
--- --warmup-s`, `summary(..., warmup_s=)` set it). The measured part starts at
+-- policy's `window_s`) if the log is longer than that, else nothing (a log
+-- shorter than its window is measured from its start: `window_skipped`), or
+-- the value of the SQL variable `allot_warmup_s` (`SET VARIABLE
+-- allot_warmup_s = 0` keeps everything; `allot audit report --warmup-s`,
+-- `summary(..., warmup_s=)` set it). The measured part starts at
 -- `measured_from`: the first whole hour at or after start + warmup_s (so
 -- hourly figures split cleanly), or the log's start when warmup_s is 0.
 CREATE OR REPLACE VIEW warmup AS
 WITH w AS (
     SELECT s.run, s.start_t, s.end_t,
-           coalesce(getvariable('allot_warmup_s')::BIGINT, p.window_s) AS warmup_s
+           coalesce(getvariable('allot_warmup_s')::BIGINT,
+                    CASE WHEN s.end_t - s.start_t > p.window_s THEN p.window_s ELSE 0 END)
+               AS warmup_s,
+           getvariable('allot_warmup_s') IS NULL AND s.end_t - s.start_t <= p.window_s
+               AND p.window_s > 0 AS window_skipped
     FROM log_span AS s JOIN policy AS p USING (run)
 )
-SELECT run, warmup_s,
+SELECT run, warmup_s, window_skipped,
        CASE WHEN warmup_s <= 0 THEN start_t ELSE hour_of(start_t + warmup_s + 3599) END AS measured_from,
        greatest(end_t - CASE WHEN warmup_s <= 0 THEN start_t
                              ELSE hour_of(start_t + warmup_s + 3599) END, 0) AS measured_s
@@ -563,6 +569,36 @@ SELECT h.run, n.node, h.hour,
 FROM (SELECT run, node FROM budget_nodes UNION SELECT run, budget FROM workloads) AS n
 JOIN hours AS h USING (run)
 LEFT JOIN node_hours AS u ON u.run = h.run AND u.node = n.node AND u.hour = h.hour;
+
+-- Usage against entitlement per budget node and hour: entitled_gpu_h = the node's
+-- fraction of the cluster x the GPU-hours present (capacity_by_hour), beside the
+-- GPU-hours its work (and its descendants') used, allocated and unallocated.
+-- For a date range, sum it, or call usage_against_entitlement(from, until) below.
+CREATE OR REPLACE VIEW node_usage_by_hour AS
+SELECT u.run, u.node, u.hour, c.hour_s, c.in_warmup,
+       coalesce(e.fraction, 0) AS fraction,
+       c.total_gpus,
+       coalesce(e.fraction, 0) * c.total_gpu_h AS entitled_gpu_h,
+       u.allocated_gpu_h, u.unallocated_gpu_h,
+       u.allocated_gpu_h + u.unallocated_gpu_h AS used_gpu_h
+FROM gpu_hours_by_node_hour AS u
+JOIN capacity_by_hour AS c ON c.run = u.run AND c.hour = u.hour
+LEFT JOIN entitlement_by_hour AS e ON e.run = u.run AND e.node = u.node AND e.hour = u.hour;
+
+-- "Usage against entitlement per node for a date range": the hours starting in
+-- [from_t, until_t) (Unix seconds; epoch(TIMESTAMP '2026-12-01') gives one),
+-- summed per run and node. ratio = allocated / entitled (NULL if nothing was
+-- entitled); above 1 the node used more than its share (borrowed idle GPUs).
+CREATE OR REPLACE MACRO usage_against_entitlement(from_t, until_t) AS TABLE
+SELECT run, node, count(*) AS hours,
+       sum(entitled_gpu_h) AS entitled_gpu_h,
+       sum(allocated_gpu_h) AS allocated_gpu_h,
+       sum(unallocated_gpu_h) AS unallocated_gpu_h,
+       sum(allocated_gpu_h) / nullif(sum(entitled_gpu_h), 0) AS ratio
+FROM node_usage_by_hour
+WHERE hour >= from_t AND hour < until_t
+GROUP BY run, node
+ORDER BY run, node;
 
 -- Owed vs received ---------------------------------------------------------------------
 

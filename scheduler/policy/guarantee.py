@@ -20,10 +20,12 @@ node's fraction of the cluster.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from projections.budget_tree import Structure
+
     from scheduler.state import State
 
 
@@ -35,24 +37,19 @@ class Guarantees:
     decides after that (``take``, ``give``).
     """
 
-    __slots__ = ("fraction", "gpus", "held", "paths")
+    __slots__ = ("_reclaims", "fraction", "gpus", "held", "paths", "siblings")
 
     def __init__(self, state: State, stopped: Collection[str] = ()) -> None:
-        tree = state.budget
-        structure = tree.structure()
+        # Answers of ``reclaims`` per (candidate leaf, GPUs), each a dict by victim
+        # leaf. Key: the candidate; lapse: any take or give (a new dict then, so a
+        # rule holding the old one keeps the answers of its own search).
+        self._reclaims: dict[tuple[str, int], dict[str, bool]] = {}
+        shape = _shape(state)
         self.gpus = state.cluster_state.capacity
-        # Each node's fraction of the cluster as an exact (numerator, denominator).
-        self.fraction: dict[str, tuple[int, int]] = {}
-        for node in sorted(tree.nodes, key=lambda p: (p.count("/"), p)):
-            parent = structure.parent[node]
-            if parent is None:
-                self.fraction[node] = (1, 1)
-                continue
-            total = sum(structure.shares[s] for s in structure.children[parent])
-            num, den = self.fraction[parent]
-            self.fraction[node] = (num * structure.shares[node], den * total) if total else (0, 1)
-        # Every node on a leaf's path below the root (the root is guaranteed everything).
-        self.paths: dict[str, list[str]] = {p: path[1:] for p, path in structure.paths.items()}
+        # (The tree's tables: shared by every cycle until the tree changes, only read.)
+        self.fraction = shape.fraction
+        self.paths = shape.paths
+        self.siblings = shape.siblings
         self.held: dict[str, int] = {}
         for w in state.workloads.running.values():
             if w.allocated and w.id not in stopped:
@@ -87,17 +84,89 @@ class Guarantees:
                 return x, y
         return None
 
+    def reclaims(self, leaf: str, gpus: int, victim_leaf: str) -> bool:
+        """May work of ``leaf`` on ``gpus`` GPUs take back borrowed GPUs from ``victim_leaf``?
+
+        Where the two paths part, the victim's side holds more than its guarantee
+        and the candidate's side, ``gpus`` added, holds no more than its own.
+        """
+        sides = self.sides(leaf, victim_leaf)
+        return sides is not None and self.borrowing(sides[1]) and self.node_within(sides[0], gpus)
+
+    def reclaim_memo(self, leaf: str, gpus: int) -> dict[str, bool]:
+        """The memo of ``reclaims(leaf, gpus, victim_leaf)`` by victim leaf, until the next take or give."""
+        memo = self._reclaims.get((leaf, gpus))
+        if memo is None:
+            memo = self._reclaims[(leaf, gpus)] = {}
+        return memo
+
+    def may_reclaim(self, leaf: str, gpus: int) -> bool:
+        """Could work of ``leaf`` on ``gpus`` GPUs reclaim from any leaf at all?
+
+        False unless some node on its path stays within its guarantee with
+        ``gpus`` added while a sibling of it borrows: every ``reclaims`` answer
+        is then False (its two sides are such a node and sibling).
+        """
+        for node in self.paths.get(leaf, ()):
+            if self.node_within(node, gpus) and any(self.borrowing(s) for s in self.siblings[node]):
+                return True
+        return False
+
     def take(self, leaf: str, gpus: int) -> None:
         """Allocated work of ``leaf`` started on ``gpus`` GPUs."""
+        self._reclaims = {}
         held = self.held
         for node in self.paths.get(leaf, ()):
             held[node] = held.get(node, 0) + gpus
 
     def give(self, leaf: str, gpus: int) -> None:
         """Allocated work of ``leaf`` on ``gpus`` GPUs stopped."""
+        self._reclaims = {}
         held = self.held
         for node in self.paths.get(leaf, ()):
             held[node] = held.get(node, 0) - gpus
+
+
+class GuaranteeShape:
+    """The budget tree's tables the guarantees read: each node's fraction, path and siblings.
+
+    Key: the tree's ``Structure`` (a new one after every budget edit); lapse:
+    replaced when the state's structure is another object. Built once per tree,
+    not once per cycle.
+    """
+
+    __slots__ = ("fraction", "paths", "siblings", "structure")
+
+    def __init__(self, structure: Structure, nodes: Iterable[str]) -> None:
+        self.structure = structure
+        # Each node's fraction of the cluster as an exact (numerator, denominator).
+        self.fraction: dict[str, tuple[int, int]] = {}
+        totals = {parent: sum(structure.shares[s] for s in kids)
+                  for parent, kids in structure.children.items()}
+        for node in sorted(nodes, key=lambda p: (p.count("/"), p)):
+            parent = structure.parent[node]
+            if parent is None:
+                self.fraction[node] = (1, 1)
+                continue
+            total = totals[parent]
+            num, den = self.fraction[parent]
+            self.fraction[node] = (num * structure.shares[node], den * total) if total else (0, 1)
+        # Every node on a leaf's path below the root (the root is guaranteed everything).
+        self.paths: dict[str, list[str]] = {p: path[1:] for p, path in structure.paths.items()}
+        # Each node's siblings (the others under its parent), for ``may_reclaim``.
+        self.siblings: dict[str, tuple[str, ...]] = {
+            node: tuple(s for s in structure.children[parent] if s != node)
+            for node in structure.parent if (parent := structure.parent[node]) is not None}
+
+
+def _shape(state: State) -> GuaranteeShape:
+    """The ``GuaranteeShape`` of the state's tree as it is now."""
+    st = state.budget.structure()
+    shape = state.memo.get("guarantee_shape")
+    if isinstance(shape, GuaranteeShape) and shape.structure is st:
+        return shape
+    shape = state.memo["guarantee_shape"] = GuaranteeShape(st, state.budget.nodes)
+    return shape
 
 
 def protection_end(now: int, min_runtime_s: int, within_share: bool,

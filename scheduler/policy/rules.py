@@ -118,15 +118,17 @@ class BudgetRule(Rule):
     """
 
     __slots__ = ("_by_leaf", "_sides", "budget", "commitment", "due", "gpus", "guarantees",
-                 "hosts", "priority", "ranking")
+                 "hosts", "priority", "ranking", "reclaim_rule")
 
     def __init__(self, ranking: Ranking, candidate: Workload, due: Due | None = None,
                  guarantees: Guarantees | None = None) -> None:
         # Without a due reservation, allocated work on more hosts than the
-        # candidate's is never taken (``reason``); a due one may take any. A
-        # reclaiming rule is asked about every gang and says itself which it
-        # may take.
-        super().__init__(candidate.hosts if due is None and guarantees is None else ANY_SPAN)
+        # candidate's is never taken (``reason``); a due one may take any. A reclaiming rule is asked about every gang and says itself which it
+        # may take, unless the candidate can reclaim from nobody (then its
+        # answers are the span-limited ones, ``Guarantees.may_reclaim``).
+        reclaiming = guarantees is not None and guarantees.may_reclaim(candidate.budget,
+                                                                         candidate.gpus)
+        super().__init__(candidate.hosts if due is None and not reclaiming else ANY_SPAN)
         self.ranking = ranking
         self.budget = candidate.budget
         self.priority = candidate.priority
@@ -134,8 +136,13 @@ class BudgetRule(Rule):
         self.gpus = candidate.gpus
         self.commitment = candidate.gpus * candidate.min_runtime_s
         self.due = due
-        self.guarantees = guarantees
-        self._sides: dict[str, bool] = {}  # reclaims(), by victim leaf
+        # (None when the candidate can reclaim from nobody: ``reclaims`` says no.)
+        self.guarantees = guarantees if reclaiming else None
+        self.reclaim_rule = guarantees is not None
+        # reclaims(), by victim leaf: shared by the cycle's rules of the same
+        # leaf and GPUs until the guarantees' holdings move.
+        self._sides: dict[str, bool] = (guarantees.reclaim_memo(self.budget, self.gpus)
+                                        if reclaiming and guarantees is not None else {})
         self._by_leaf: dict[str, bool] = ranking.fair_share_memo(self.budget, self.commitment)
 
     def reclaims(self, victim_leaf: str) -> bool:
@@ -147,9 +154,7 @@ class BudgetRule(Rule):
         # what the guarantees hold moves only between searches.
         ok = self._sides.get(victim_leaf)
         if ok is None:
-            sides = g.sides(self.budget, victim_leaf)
-            ok = self._sides[victim_leaf] = sides is not None and g.borrowing(sides[1]) \
-                and g.node_within(sides[0], self.gpus)
+            ok = self._sides[victim_leaf] = g.reclaims(self.budget, self.gpus, victim_leaf)
         return ok
 
     def fair_share(self, victim_leaf: str) -> bool:
@@ -169,7 +174,7 @@ class BudgetRule(Rule):
         if on_due and due is not None and (v.started_at or 0) >= due.since:
             return RESERVATION
         leaf = v.budget
-        if self.guarantees is not None:
+        if self.reclaim_rule:
             if leaf != self.budget and self.reclaims(leaf):
                 return RECLAIM
             if len(v.placement) > self.hosts:
