@@ -88,6 +88,9 @@ def register(subparsers: Any) -> None:
                      help="the command and its arguments, after `--` (run without a shell)")
     run.add_argument("--workdir", default=None, metavar="DIR",
                      help="its working directory (default: this one, when a command is given)")
+    run.add_argument("--script", default=None, metavar="FILE",
+                     help="run a script file, like sbatch: its path (with `sh` when it is not "
+                          "executable), arguments after `--`")
     run.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                      help="an environment variable for it (repeatable)")
     run.add_argument("--time", type=duration_value, default=None, metavar="DURATION",
@@ -364,6 +367,12 @@ def _run_spec(args: Any) -> dict[str, Any]:
     command = list(getattr(args, "argv", None) or [])
     if command and command[0] == "--":
         command = command[1:]
+    script = getattr(args, "script", None)
+    if script is not None:
+        if not os.path.isfile(script):
+            raise ClientError(f"--script: no such file {script!r}")
+        path = os.path.abspath(script)
+        command = [path, *command] if os.access(path, os.X_OK) else ["sh", path, *command]
     for item in args.env:
         if "=" not in item or item.startswith("="):
             raise ClientError(f"--env expects NAME=VALUE, got {item!r}")

@@ -349,3 +349,24 @@ def test_gpu_ids_are_given_counted_or_listed_by_nvidia_smi(tmp_path: Path,
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(GpuDiscoveryError, match="no nvidia-smi"):
         gpu_ids(None, None)
+
+
+def test_submit_runs_a_script_file_like_sbatch(tmp_path: Path) -> None:
+    from allot.cli import build_parser
+    from streams.commands import _run_spec
+    from streams.errors import ClientError
+
+    plain, runnable = tmp_path / "job.sh", tmp_path / "run.sh"
+    plain.write_text("echo hi\n")
+    runnable.write_text("#!/bin/sh\necho hi\n")
+    runnable.chmod(0o755)
+
+    def spec(*argv: str) -> dict[str, Any]:
+        return _run_spec(build_parser().parse_args(
+            ["submit", "--budget", "lab/a", "--gpus", "1", *argv]))
+
+    assert spec("--script", str(plain))["command"] == ("sh", str(plain))
+    assert spec("--script", str(runnable), "--", "--epochs", "3")["command"] == (
+        str(runnable), "--epochs", "3")
+    with pytest.raises(ClientError, match="no such file"):
+        spec("--script", str(tmp_path / "missing.sh"))
