@@ -36,7 +36,7 @@ from tests.kafka import REPO, Live, unique_prefix, wait_until
 
 pytestmark = pytest.mark.kafka
 
-CLUSTERS = ("xl-exit", "xl-grace", "xl-limit", "xl-crash", "xl-gang")
+CLUSTERS = ("xl-exit", "xl-grace", "xl-limit", "xl-crash", "xl-gang", "xl-fault")
 GPU_IDS = "GPU-a,GPU-b,GPU-c,GPU-d"
 GRACE_S = 3
 
@@ -277,6 +277,41 @@ def test_a_gang_runs_one_process_group_per_host_with_its_rank(live: Live, tmp_pa
     assert (fin.outcome, fin.exit_code) == ("succeeded", 0)
     time.sleep(0.5)
     assert len(_of(live, cluster, WorkloadFinished, "g")) == 1
+    _no_rejected_reports(live, cluster)
+
+
+def test_a_faulted_hosts_run_checkpoints_stops_and_resumes_on_another(
+        live: Live, tmp_path: Path, executor_for) -> None:
+    cluster = "xl-fault"
+    mk = _setup(live, cluster, hosts=("h0", "h1"), preemption_grace_s=GRACE_S)
+    executor_for(cluster, "h0")
+    executor_for(cluster, "h1")
+    ckpt = tmp_path / "ckpt"
+    script = (f'[ -e {ckpt} ] && echo "resumed from $(cat {ckpt}) on $ALLOT_HOST"; '
+              f"trap 'echo run$ALLOT_RUN > {ckpt}; exit 0' TERM; "
+              "echo up; while :; do sleep 0.1; done")
+    live.send(mk.submit("r", "lab/a", 4, 0, at=int(time.time()), resumable=True,
+                        command=_sh(script)))
+    first = _wait(live, cluster, WorkloadStarted, "r")
+    [here] = [s.host for s in first.placement]
+    there = "h1" if here == "h0" else "h0"
+    time.sleep(0.5)  # (sh sets its trap)
+    live.send(mk.fault(here, "failed", at=int(time.time()), reason="XID 79"))
+    wait_until(lambda: len(_of(live, cluster, WorkloadStarted, "r")) == 2, GRACE_S + 10,
+               what="r to start again")
+    # (It restarts on the healthy host at once: those GPUs were free; the report
+    # that the faulted host's share stopped may come after.)
+    _wait(live, cluster, WorkloadStopped, "r", timeout=GRACE_S + 5)
+    pre = _of(live, cluster, WorkloadPreempted, "r")
+    stopped = _of(live, cluster, WorkloadStopped, "r")
+    again = _of(live, cluster, WorkloadStarted, "r")[1]
+    assert [(p.reason, p.requeued) for p in pre] == [("host_failure", True)]
+    assert [(s.host, s.run_number) for s in stopped] == [(here, 1)]
+    assert [s.host for s in again.placement] == [there]
+    assert ckpt.read_text() == "run1\n"
+    log2 = tmp_path / f"state{'' if there == 'h0' else '-h1'}" / "logs" / "r.run2.log"
+    wait_until(lambda: log2.exists() and "resumed" in log2.read_text(), 10, what="run 2's log")
+    assert log2.read_text().splitlines()[0] == f"resumed from run1 on {there}"
     _no_rejected_reports(live, cluster)
 
 
