@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from projections.budget_tree import Structure
-
     from scheduler.state import State
 
 
