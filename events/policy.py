@@ -60,7 +60,7 @@ class PolicyConfigured(Event, frozen=True, kw_only=True, tag="policy.configured"
     # to its idle share then takes it back within this time, not after up to
     # the whole minimum runtime (scheduler/policy/guarantee.py). None protects
     # every funded start for its whole minimum runtime.
-    borrowed_protection_s: Duration | None = None
+    borrowed_protection_s: Duration | None = 0
     # Which running work of another budget a candidate may take once it is past
     # its protection. "fair_share": whenever, at the level where their paths
     # part, the candidate's side is less used per share over the window than
@@ -70,7 +70,7 @@ class PolicyConfigured(Event, frozen=True, kw_only=True, tag="policy.configured"
     # reclaimWithinCohort): borrowed GPUs go back to their owner at once, work
     # within its share is never time-sliced away, and no two sides can take
     # GPUs back and forth. The window still orders who starts first.
-    preemption_rule: Literal["fair_share", "reclaim"] = "fair_share"
+    preemption_rule: Literal["fair_share", "reclaim"] = "reclaim"
     # How long a preempted run may take to stop (SIGTERM, then SIGKILL at the
     # end of it): its GPUs take no other work until the executor reports
     # ``workload.stopped`` or this has passed. A workload may ask for less

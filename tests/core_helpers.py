@@ -87,6 +87,13 @@ class Sim:
         self.journal: list[Event] = []
         self.now = 0
         policy.setdefault("team_depth", 1)
+        # These tests pin mechanisms (placement, victim choice, reservations,
+        # memos) under the policy they were written for: every funded start
+        # protected for its minimum runtime and fair-share time slicing. The
+        # default (reclaim, borrowed work unprotected) is pinned by
+        # tests/test_core_reclaim.py and tests/test_core_default_policy.py.
+        policy.setdefault("preemption_rule", "fair_share")
+        policy.setdefault("borrowed_protection_s", None)
         self.feed(self.I.policy(**policy))
         for path, shares, managers in tree:
             self.feed(self.I.node(path, shares=shares, managers=managers))

@@ -22,11 +22,14 @@ def log_bytes(path: Path, policy: str = "allot") -> bytes:
     return encode_lines(simulate(path, policy)[0])
 
 
-def shipped_log(name: str, days: float | None = None, policy: str = "allot") -> bytes:
-    """The encoded log of the shipped scenario ``name``, cut to ``days`` when given."""
+def shipped_log(name: str, days: float | None = None, policy: str = "allot",
+                **knobs: object) -> bytes:
+    """The encoded log of the shipped scenario ``name``, cut to ``days`` when given, ``knobs`` set."""
     sc = load_scenario(SCENARIOS / f"{name}.toml")
     if days is not None:
         sc = with_overrides(sc, horizon_days=days)
+    if knobs:
+        sc = with_overrides(sc, policy={**sc.policy, **knobs})
     return encode_lines(Simulation(sc, policy, SCENARIOS).run().log)
 
 

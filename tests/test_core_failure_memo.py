@@ -80,10 +80,14 @@ def test_a_recheck_that_ignores_new_victims_changes_the_log(monkeypatch: pytest.
     (So the comparison above, with and without the memo, is a test of
     ``VictimIndex.recheck``, not of searches that would fail anyway.)
     """
-    right = shipped_log("ai2-month-heavy", 2.0)
+    # Under the fair-share rule, where protections ending on busy hosts decide
+    # most searches (under the default reclaim rule these two days happen not
+    # to depend on a re-check).
+    old_rule = {"preemption_rule": "fair_share", "borrowed_protection_s": None}
+    right = shipped_log("ai2-month-heavy", 2.0, **old_rule)
     monkeypatch.setattr(victims_mod.VictimIndex, "recheck",
                         lambda self, kind, seen, *a, **k: (kind, seen, set()))
-    assert shipped_log("ai2-month-heavy", 2.0) != right
+    assert shipped_log("ai2-month-heavy", 2.0, **old_rule) != right
 
 
 def test_priming_fixes_the_keep_value_as_costing_would() -> None:
@@ -112,20 +116,24 @@ def _freeable_by_loop(cycle: cycle_mod.Cycle, idx: victims_mod.VictimIndex, leaf
     have = cycle.capacity.total_free + idx.unallocated_gpus + own
     r = cycle.ranking
     path = r._paths[leaf]
+    # Under reclaim any sibling may be borrowing: every sibling's victims count.
+    reclaim = cycle.policy.preemption_rule == "reclaim"
     for i in range(1, len(path)):
         x = path[i]
         sx = r.shares[x]
         if sx <= 0:
             break
         for y in r.children[path[i - 1]]:
-            if y != x and y in by_node and less_used(r.use[x], sx, r.use[y], r.shares[y], commitment):
+            if y != x and y in by_node and (
+                    reclaim or less_used(r.use[x], sx, r.use[y], r.shares[y], commitment)):
                 have += by_node[y]
     return have
 
 
+@pytest.mark.parametrize("rule", ["reclaim", "fair_share"])
 @pytest.mark.parametrize("name,days", [("demo", None), ("ai2-month", 2.0)])
 def test_the_bound_from_sorted_sibling_sums_is_the_walk_over_siblings(
-        monkeypatch: pytest.MonkeyPatch, name: str, days: float | None) -> None:
+        monkeypatch: pytest.MonkeyPatch, name: str, days: float | None, rule: str) -> None:
     """Every preemption bound a run asks for equals the sum over siblings it replaces."""
     real = cycle_mod.Cycle._freeable
     asked: list[int] = []
@@ -137,6 +145,6 @@ def test_the_bound_from_sorted_sibling_sums_is_the_walk_over_siblings(
         return got
 
     monkeypatch.setattr(cycle_mod.Cycle, "_freeable", checked)
-    shipped_log(name, days)
+    shipped_log(name, days, preemption_rule=rule)
     assert len(asked) > 1000
     assert len(set(asked)) > 50  # many commitments, not one

@@ -73,6 +73,9 @@ configs = st.fixed_dictionaries({
     "preemption_searches": st.sampled_from([1, 32]),
     "reservations": st.sampled_from([1, 2, 0]),
     "queue_depth": st.sampled_from([1, 64]),
+    # (preemption_rule, borrowed_protection_s): the default, the old policy, and mixes.
+    "rule": st.sampled_from([("reclaim", 0), ("fair_share", None), ("reclaim", 600),
+                             ("fair_share", 600)]),
 })
 
 OPS = {
@@ -127,7 +130,10 @@ class Run:
         self.charged: dict[str, int] = defaultdict(int)  # leaf -> GPU-s of ended allocated runs
         # Fair-share preemptions of the last cycle: (victim, preemptor, preemptor's protection end).
         self.prev_fair_share: set[tuple[str, str, int]] = set()
-        knobs = {k: v for k, v in config.items() if k != "hosts"}
+        knobs = {k: v for k, v in config.items() if k not in ("hosts", "rule")}
+        knobs["preemption_rule"], knobs["borrowed_protection_s"] = config.get(
+            "rule", ("reclaim", 0))
+        self.borrowed_protection_s: int | None = knobs["borrowed_protection_s"]
         self.feed(self.I.policy(team_depth=1, **knobs))
         for path, shares, managers in TREE:
             self.feed(self.I.node(path, shares=shares, managers=managers))
@@ -237,7 +243,12 @@ class Run:
                 c = self.contract[d.workload]
                 assert d.workload not in self.runs, f"{d.workload} started twice"
                 assert d.allocated == (c.min_runtime_s > 0)
-                assert d.protected_until == d.at + c.min_runtime_s
+                full = d.at + c.min_runtime_s
+                if self.borrowed_protection_s is None:
+                    assert d.protected_until == full
+                else:  # a borrowed start is protected at most borrowed_protection_s
+                    assert d.protected_until in (
+                        full, d.at + min(c.min_runtime_s, self.borrowed_protection_s)), d
                 assert sum(s.gpus for s in d.placement) == c.gpus
                 assert len({s.host for s in d.placement}) == c.hosts
                 self.runs[d.workload] = (d.at, c.gpus, d.allocated, d.protected_until,
@@ -256,12 +267,14 @@ class Run:
                     assert until is not None and d.at >= until, (d, until)
                 if d.reason == "reclaim_unallocated":
                     assert not allocated
-                if d.reason in ("fair_share", "priority", "reclaim_unallocated"):
+                if d.reason in ("fair_share", "priority", "reclaim_unallocated", "reclaim"):
                     assert d.by in started_here, d
                     victim, preemptor = self.contract[d.workload], self.contract[d.by]
                     if d.reason == "priority":
                         assert victim.budget == preemptor.budget
                         assert victim.priority < preemptor.priority
+                    if d.reason == "reclaim":
+                        assert victim.budget != preemptor.budget
                     if d.reason == "fair_share":
                         assert victim.budget != preemptor.budget
                         fair_share.add((d.workload, d.by, started_here[d.by].protected_until))

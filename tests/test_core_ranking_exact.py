@@ -12,6 +12,7 @@ sequences of admissions.
 from __future__ import annotations
 
 import random
+from fractions import Fraction
 
 import pytest
 from core_helpers import Sim
@@ -22,9 +23,10 @@ from scheduler.index.fair_share_order import Ranking, _before, _resort, commitme
 from scheduler.policy.rules import less_used
 
 
-def _key(use: dict[str, int], shares: dict[str, int], c: str) -> tuple[int, float, int, str]:
+def _key(use: dict[str, int], shares: dict[str, int], c: str) -> tuple[int, Fraction, int, str]:
+    """The plain sort key: usage per share as an exact fraction."""
     s = shares[c]
-    return (1, 0.0, 0, c) if s <= 0 else (0, use[c] / s, -s, c)
+    return (1, Fraction(0), 0, c) if s <= 0 else (0, Fraction(use[c], s), -s, c)
 
 
 def _plain(r: Ranking, path: str) -> list[str]:
@@ -189,3 +191,12 @@ def test_an_order_that_commits_leaves_the_base_as_it_was(seed: int) -> None:
     assert second.use == use
     assert {p: second.sorted_children(p) for p in second.children} == levels
     assert second.use != first.use
+
+
+def test_ratios_a_float_cannot_tell_apart_are_ordered_exactly() -> None:
+    """Two usages per share that are one apart in 2**60 compare as the integers say."""
+    big = 2**60
+    use = {"a": big + 1, "b": big}
+    shares = {"a": 3, "b": 3}
+    assert (big + 1) / 3 == big / 3  # the float quotients are equal
+    assert not _before("a", "b", use, shares) and _before("b", "a", use, shares)

@@ -19,6 +19,7 @@ Everything is integers (GPU-seconds, share weights), so comparisons are exact.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator
+from functools import cmp_to_key
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -359,10 +360,13 @@ def _fair_share_base(state: State) -> _FairShareBase:
 def _before(a: str, b: str, use: dict[str, int], shares: dict[str, int]) -> bool:
     """Whether sibling ``a`` is served before ``b``.
 
-    The comparison of the keys ``(1, 0.0, 0, name)`` for a node with no share
+    The comparison of the keys ``(1, 0, 0, name)`` for a node with no share
     (served last) and ``(0, usage / share, -share, name)`` otherwise, element by
-    element as tuples compare, without building them. Names are unique among
-    siblings, so no two keys are equal and the sorted order is unique.
+    element as tuples compare, without building them. ``usage / share`` is
+    compared exactly, in integers (``less_used``'s arithmetic: a float quotient
+    could call two different ratios equal, or order them the other way round).
+    Names are unique among siblings, so no two keys are equal and the sorted
+    order is unique.
     """
     return _precedes(a, shares[a], use[a], b, shares[b], use[b])
 
@@ -375,26 +379,21 @@ def _precedes(a: str, sa: int, ua: int, b: str, sb: int, ub: int) -> bool:
         if sb > 0:
             return False
         return a < b
-    ra = ua / sa
-    rb = ub / sb
-    if ra != rb:
-        return ra < rb
+    xa = ua * sb  # ua / sa against ub / sb, both sides times sa * sb > 0
+    xb = ub * sa
+    if xa != xb:
+        return xa < xb
     if sa != sb:
         return sa > sb
     return a < b
 
 
 def _sorted(children: list[str], use: dict[str, int], shares: dict[str, int]) -> list[str]:
-    """``children`` in ``_before`` order, by a plain sort of their keys."""
-    keyed: list[tuple[int, float, int, str]] = []
-    for c in children:
-        s = shares[c]
-        if s <= 0:
-            keyed.append((1, 0.0, 0, c))
-        else:
-            keyed.append((0, use[c] / s, -s, c))
-    keyed.sort()
-    return [k[3] for k in keyed]
+    """``children`` in ``_before`` order, by a plain sort with that comparison."""
+    def cmp(a: str, b: str) -> int:
+        return -1 if _before(a, b, use, shares) else 1  # (never equal: names are unique)
+
+    return sorted(children, key=cmp_to_key(cmp))
 
 
 # Levels this wide or narrower are re-sorted from an old order by insertion

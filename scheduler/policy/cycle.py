@@ -657,7 +657,8 @@ class Cycle:
             q = use[x] + commitment
             ratios, gpus, zero = self._siblings(idx, path[i - 1])
             if reclaim:  # any sibling may be borrowing: all their victims bound it
-                have += zero + gpus[0]
+                # (x's own are in the sums too, and are not a sibling's: less them)
+                have += zero + gpus[0] - idx.by_node.get(x, 0)
                 continue
             lo, hi = 0, len(ratios)
             while lo < hi:
