@@ -157,3 +157,36 @@ def test_protection_end_is_never_longer_than_the_minimum_runtime() -> None:
     assert protection_end(100, 6000, False, 600) == 700
     assert protection_end(100, 6000, True, 600) == 6100
     assert protection_end(100, 6000, False, None) == 6100
+
+
+def test_a_gang_larger_than_its_guarantee_shares_borrowed_gpus_by_fair_share() -> None:
+    # One 8-GPU host, lab/a and lab/b guaranteed 4 each: b1 (8 GPUs) cannot
+    # reclaim (it would take lab/b past its own guarantee), so without the
+    # fallback it would wait as long as a1 runs (here 30 days). a1 borrows, so
+    # fair share decides: b1 gets in once lab/a's window use passes b1's
+    # commitment, within one fair-share period.
+    s = Sim(hosts=1, **RECLAIM)
+    s.submit("a1", "lab/a", 8, HOUR)
+    s.tick()
+    s.at(600)
+    s.submit("b1", "lab/b", 8, 600)
+    preempted = []
+    for t in range(600, 3 * HOUR, 300):
+        preempted += _preempted(s.tick(t))
+        if s.status("b1") == "running":
+            break
+    assert preempted == [("preempted", "a1", "fair_share", "b1", False)]
+    assert t <= 600 + 2 * 300, t
+
+
+def test_work_within_its_share_is_not_taken_by_the_fallback_either() -> None:
+    # Two hosts: a1 holds lab/a's guarantee exactly (8 of 16), so b1 (16 GPUs,
+    # past lab/b's 8) may take nothing from it, by reclaim or by fair share.
+    s = Sim(hosts=2, **RECLAIM)
+    s.submit("a1", "lab/a", 8, HOUR)
+    s.tick()
+    s.at(2 * HOUR)
+    s.submit("b1", "lab/b", 16, 600)
+    for t in range(2 * HOUR, 6 * HOUR, 300):
+        assert _preempted(s.tick(t)) == []
+    assert s.status("a1") == "running"

@@ -62,6 +62,8 @@ def test_running_and_unknown_workloads() -> None:
 
 def test_beyond_the_horizon() -> None:
     eng, mk = _cluster()
+    # Every funded start protected for its whole minimum runtime (not the default).
+    eng.process(mk.policy(at=T0, borrowed_protection_s=None))
     for i in range(2):
         eng.process(mk.submit(f"a{i}", "lab/a", 8, 28_800, at=T0, expected_duration_s=30 * 86_400))
     _start_all(eng, mk, T0 + 1)

@@ -18,6 +18,9 @@ tick_s = 3600
 start = "2026-01-05T00:00:00+00:00"
 [policy]
 team_depth = 1
+# Every funded start protected for its minimum runtime (a value at least the
+# cap), so the newcomer's moment is the victim's protection end.
+borrowed_protection_s = 28800
 [cluster]
 id = "clock"
 hosts = 1

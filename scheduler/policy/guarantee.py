@@ -36,13 +36,15 @@ class Guarantees:
     decides after that (``take``, ``give``).
     """
 
-    __slots__ = ("_reclaims", "fraction", "gpus", "held", "paths", "siblings")
+    __slots__ = ("_lent", "_reclaims", "fraction", "gpus", "held", "paths", "siblings")
 
     def __init__(self, state: State, stopped: Collection[str] = ()) -> None:
         # Answers of ``reclaims`` per (candidate leaf, GPUs), each a dict by victim
         # leaf. Key: the candidate; lapse: any take or give (a new dict then, so a
         # rule holding the old one keeps the answers of its own search).
         self._reclaims: dict[tuple[str, int], dict[str, bool]] = {}
+        # Answers of ``lent_by`` per (candidate leaf, victim leaf); same lapse.
+        self._lent: dict[tuple[str, str], bool] = {}
         shape = _shape(state)
         self.gpus = state.cluster_state.capacity
         # (The tree's tables: shared by every cycle until the tree changes, only read.)
@@ -92,6 +94,15 @@ class Guarantees:
         sides = self.sides(leaf, victim_leaf)
         return sides is not None and self.borrowing(sides[1]) and self.node_within(sides[0], gpus)
 
+    def lent_by(self, leaf: str, victim_leaf: str) -> bool:
+        """Does ``victim_leaf``'s side, where its path parts from ``leaf``'s, hold more than its guarantee?"""
+        key = (leaf, victim_leaf)
+        ok = self._lent.get(key)
+        if ok is None:
+            sides = self.sides(leaf, victim_leaf)
+            ok = self._lent[key] = sides is not None and self.borrowing(sides[1])
+        return ok
+
     def reclaim_memo(self, leaf: str, gpus: int) -> dict[str, bool]:
         """The memo of ``reclaims(leaf, gpus, victim_leaf)`` by victim leaf, until the next take or give."""
         memo = self._reclaims.get((leaf, gpus))
@@ -114,6 +125,7 @@ class Guarantees:
     def take(self, leaf: str, gpus: int) -> None:
         """Allocated work of ``leaf`` started on ``gpus`` GPUs."""
         self._reclaims = {}
+        self._lent = {}
         held = self.held
         for node in self.paths.get(leaf, ()):
             held[node] = held.get(node, 0) + gpus
@@ -121,6 +133,7 @@ class Guarantees:
     def give(self, leaf: str, gpus: int) -> None:
         """Allocated work of ``leaf`` on ``gpus`` GPUs stopped."""
         self._reclaims = {}
+        self._lent = {}
         held = self.held
         for node in self.paths.get(leaf, ()):
             held[node] = held.get(node, 0) - gpus

@@ -10,11 +10,18 @@ The budget policy (allot) lets a candidate take:
 
 - unallocated work: always (``reclaim_unallocated``);
 - its own leaf's work: only of lower priority (``priority``);
-- another leaf's work: only when, at the level where their paths part, the
-  candidate's side is still strictly less used per share than the victim's
-  side after adding the candidate's own commitment (``fair_share``; Kueue's
-  LessThanOrEqualToFinalShare, made strict, so that the victim cannot take
-  the GPUs straight back);
+- another leaf's work, under the default ``preemption_rule = "reclaim"``:
+  when, at the level where their paths part, the victim's side holds more
+  than its guaranteed fraction of the cluster and the candidate's side, with
+  the candidate added, no more than its own (``reclaim``; Kueue's
+  reclaimWithinCohort); and, for a candidate too large to stay within its
+  guarantee, the victim's side's *borrowed* work by the fair-share test below
+  (``fair_share``). Work within its share is never taken by another leaf;
+- another leaf's work, under ``preemption_rule = "fair_share"``: only when,
+  at the level where their paths part, the candidate's side is still strictly
+  less used per share than the victim's side after adding the candidate's own
+  commitment (``fair_share``; Kueue's LessThanOrEqualToFinalShare, made
+  strict, so that the victim cannot take the GPUs straight back);
 - on the hosts of its due reservation, any other leaf's work and any work
   started after the reservation was made (``reservation``): the reservation
   was granted on exactly that work, so at ``until`` the holder gets its hosts
@@ -115,10 +122,14 @@ class BudgetRule(Rule):
     guaranteed and the candidate's side, with the candidate's GPUs added, holds
     no more than it is. Reclaiming takes borrowed work whatever its gang's
     size (the lender's share is owed now, and the borrower knew it borrowed).
+    Borrowed work (the victim's side above its guarantee) is also shared by
+    fair share, with the usual gang-size limit, for a candidate that cannot
+    reclaim it because its own gang would take its side past its guarantee;
+    work within its share is never taken by another leaf.
     """
 
     __slots__ = ("_by_leaf", "_sides", "budget", "commitment", "due", "gpus", "guarantees",
-                 "hosts", "priority", "ranking", "reclaim_rule")
+                 "hosts", "priority", "ranking", "reclaim_rule", "reclaiming")
 
     def __init__(self, ranking: Ranking, candidate: Workload, due: Due | None = None,
                  guarantees: Guarantees | None = None) -> None:
@@ -136,9 +147,9 @@ class BudgetRule(Rule):
         self.gpus = candidate.gpus
         self.commitment = candidate.gpus * candidate.min_runtime_s
         self.due = due
-        # (None when the candidate can reclaim from nobody: ``reclaims`` says no.)
-        self.guarantees = guarantees if reclaiming else None
+        self.guarantees = guarantees
         self.reclaim_rule = guarantees is not None
+        self.reclaiming = reclaiming  # False: ``reclaims`` says no to every leaf
         # reclaims(), by victim leaf: shared by the cycle's rules of the same
         # leaf and GPUs until the guarantees' holdings move.
         self._sides: dict[str, bool] = (guarantees.reclaim_memo(self.budget, self.gpus)
@@ -148,7 +159,7 @@ class BudgetRule(Rule):
     def reclaims(self, victim_leaf: str) -> bool:
         """May the candidate take back borrowed GPUs from work of ``victim_leaf`` (another leaf)?"""
         g = self.guarantees
-        if g is None:
+        if g is None or not self.reclaiming:
             return False
         # One answer per victim leaf for the rule's life (one search or plan):
         # what the guarantees hold moves only between searches.
@@ -181,6 +192,13 @@ class BudgetRule(Rule):
                 return RESERVATION if on_due else None
             if leaf == self.budget:
                 return PRIORITY if v.priority < self.priority else None
+            # A candidate that cannot reclaim (its own gang would take its side
+            # past its guarantee) still shares *borrowed* GPUs by fair share:
+            # else a team whose jobs are larger than its guarantee would wait
+            # for as long as another team's borrowed work runs.
+            g = self.guarantees
+            if g is not None and g.lent_by(self.budget, leaf) and self.fair_share(leaf):
+                return FAIR_SHARE
             return RESERVATION if on_due else None
         if len(v.placement) > self.hosts:
             return None  # never tear down a gang larger than oneself: it frees hosts unused
