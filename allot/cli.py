@@ -282,6 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
     from streams.executor import register as register_executor
 
     register_executor(sub)  # allot executor
+    from executor.cli import register as register_local_executor
+
+    register_local_executor(sub.choices["executor"])  # allot executor local
     from allot import live_audit
     from streams.up import register as register_up
 

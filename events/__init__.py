@@ -43,6 +43,7 @@ from events.workload import (
     WorkloadRejected,
     WorkloadReserved,
     WorkloadStarted,
+    WorkloadStopped,
     WorkloadSubmitted,
 )
 
@@ -53,6 +54,6 @@ __all__ = [
     "HostDrained", "HostFaulted", "HostRemoved", "HostRepaired", "InputReason", "InputRejected",
     "MalformedEvent", "PolicyConfigured", "PreemptionReason", "RejectReason", "Slot",
     "WorkloadCancelled", "WorkloadFinished", "WorkloadKind", "WorkloadPreempted",
-    "WorkloadRejected", "WorkloadReserved", "WorkloadStarted", "WorkloadSubmitted", "decode", "encode",
+    "WorkloadRejected", "WorkloadReserved", "WorkloadStarted", "WorkloadStopped", "WorkloadSubmitted", "decode", "encode",
     "encode_lines", "iter_lines", "problem", "read_log", "tag_of", "write_log",
 ]

@@ -13,7 +13,7 @@ from events.budget import BudgetNodeDefined, BudgetSharesSet
 from events.clock import ClockTicked
 from events.host import HostAdded, HostFaulted, HostRemoved, HostRepaired
 from events.policy import PolicyConfigured
-from events.workload import WorkloadCancelled, WorkloadFinished, WorkloadSubmitted
+from events.workload import WorkloadCancelled, WorkloadFinished, WorkloadStopped, WorkloadSubmitted
 
 
 class Inputs:
@@ -70,8 +70,13 @@ class Inputs:
         return WorkloadCancelled(**self._env(at, actor), workload=workload, reason=reason)
 
     def finish(self, workload: str, at: int = 0, outcome: str = "succeeded",
-               actor: str = "executor") -> WorkloadFinished:
-        return WorkloadFinished(**self._env(at, actor), workload=workload, outcome=outcome)  # type: ignore[arg-type]
+               actor: str = "executor", **kw: Any) -> WorkloadFinished:
+        return WorkloadFinished(**self._env(at, actor), workload=workload, outcome=outcome, **kw)  # type: ignore[arg-type]
+
+    def stopped(self, workload: str, run_number: int, at: int = 0, actor: str = "executor",
+                **kw: Any) -> WorkloadStopped:
+        return WorkloadStopped(**self._env(at, actor), workload=workload, run_number=run_number,
+                               **kw)
 
     def tick(self, at: int, actor: str = "ticker", cycle: bool = True) -> ClockTicked:
         return ClockTicked(**self._env(at, actor), cycle=cycle)

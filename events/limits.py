@@ -64,6 +64,11 @@ T = TypeVar("T")
 Int64 = Annotated[int, Meta(ge=INT64_MIN, le=INT64_MAX)]
 # Any string field.
 Text = Annotated[str, Meta(max_length=MAX_STRING_CHARS)]
+# A file system path (a workload's ``workdir`` and ``log_path``): shorter than
+# any text, so a record holding two still fits the codec's flat fast path
+# (events.values) within MAX_RECORD_BYTES.
+MAX_PATH_CHARS = 1024
+PathText = Annotated[str, Meta(max_length=MAX_PATH_CHARS)]
 # Any array field: ``Array[Slot]`` is a tuple of at most MAX_ARRAY_ITEMS slots.
 Array = Annotated[tuple[T, ...], Meta(max_length=MAX_ARRAY_ITEMS)]
 # GPUs of one host (``host.added``); ``< 1`` is the validator's ``bad_host``.

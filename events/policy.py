@@ -71,3 +71,9 @@ class PolicyConfigured(Event, frozen=True, kw_only=True, tag="policy.configured"
     # within its share is never time-sliced away, and no two sides can take
     # GPUs back and forth. The window still orders who starts first.
     preemption_rule: Literal["fair_share", "reclaim"] = "reclaim"
+    # How long a preempted run may take to stop (SIGTERM, then SIGKILL at the
+    # end of it): its GPUs take no other work until the executor reports
+    # ``workload.stopped`` or this has passed. A workload may ask for less
+    # (``grace_s``). 0: the GPUs are free at the preemption itself (the model
+    # every log before this knob ran under).
+    preemption_grace_s: Duration = 0

@@ -36,3 +36,4 @@ class InputReason:
     BAD_POLICY = "bad_policy"
     TOO_MANY_HOSTS = "too_many_hosts"
     FUTURE_TIME = "future_time"
+    NOT_STOPPING = "not_stopping"

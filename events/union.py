@@ -25,6 +25,7 @@ from events.workload import (
     WorkloadRejected,
     WorkloadReserved,
     WorkloadStarted,
+    WorkloadStopped,
     WorkloadSubmitted,
 )
 
@@ -51,6 +52,7 @@ AnyEvent = Union[  # noqa: UP007 - a named alias reads better in schemas and err
     WorkloadFinished,
     ClockTicked,
     InputRejected,
+    WorkloadStopped,
 ]
 
 ALL_TYPES: tuple[type, ...] = get_args(AnyEvent)

@@ -4,8 +4,9 @@ A workload is submitted to a budget leaf with a contract: GPUs and shape, a
 minimum runtime (protected and charged for that long; 0 means unallocated: free,
 never protected) and whether it can resume after preemption. The scheduler
 answers with ``workload.started``, ``workload.preempted`` or
-``workload.rejected``; the executor reports ``workload.finished``; the owner may
-publish ``workload.cancelled``.
+``workload.rejected``; the executor reports ``workload.finished`` (and ``workload.stopped``
+when a preempted run's GPUs are free); the owner may publish
+``workload.cancelled``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import Literal
 
 from events.base import Event, Slot
-from events.limits import Array, Duration, Int64, Text
+from events.limits import Array, Duration, Int64, PathText, Text
 
 
 class WorkloadKind:
@@ -58,6 +59,25 @@ class WorkloadSubmitted(Event, frozen=True, kw_only=True, tag="workload.submitte
     # Set on a resubmission: the workload this one re-runs after that one was
     # preempted without being resumable (so the audit can link the two).
     resubmit_of: Text | None = None
+    # What to run, for a real executor (``allot executor local``; docs/executor.md).
+    # The scheduler never reads these; a simulated workload needs none of them.
+    # ``command``: the argv, run without a shell, once per host of the placement
+    # (a gang's peers find each other through MASTER_ADDR/RANK/WORLD_SIZE).
+    # ``workdir``: its working directory (default: the executor's). ``env``:
+    # ``NAME=value`` entries added to its environment. ``log_path``: the file
+    # its output goes to, ``{workload}``, ``{run}``, ``{rank}`` and ``{host}`` replaced
+    # (default: one file per workload and run under the executor's log
+    # directory). ``time_limit_s``: wall-clock limit of one run (Slurm's
+    # ``--time``): the executor stops a run that exceeds it and reports it
+    # failed with reason ``time_limit``. ``grace_s``: how long it needs to stop
+    # after SIGTERM, if less than the policy's ``preemption_grace_s`` (more is
+    # never granted): a command checkpoints by trapping SIGTERM.
+    command: Array[Text] | None = None
+    workdir: PathText | None = None
+    env: Array[Text] | None = None
+    log_path: PathText | None = None
+    time_limit_s: Duration | None = None
+    grace_s: Duration | None = None
 
 
 class WorkloadCancelled(Event, frozen=True, kw_only=True, tag="workload.cancelled"):
@@ -132,6 +152,36 @@ class WorkloadFinished(Event, frozen=True, kw_only=True, tag="workload.finished"
 
     workload: Text
     outcome: Literal["succeeded", "failed"] = "succeeded"
+    # What a real executor saw (informative; the scheduler reads only ``outcome``):
+    # the exit code, or the signal that ended it (``SIGKILL``...), and why it
+    # ended when not by itself (``time_limit``, ``cannot_start``, ``lost``).
+    exit_code: Int64 | None = None
+    signal: Text | None = None
+    reason: Text | None = None
+    # Which run ended (1 = the first start): a report of an earlier run, late
+    # after that run was preempted and the workload started again, is answered
+    # ``not_running`` instead of ending the new run. None: the current run.
+    run_number: Int64 | None = None
+
+
+class WorkloadStopped(Event, frozen=True, kw_only=True, tag="workload.stopped"):
+    """The executor reports that a preempted run's processes are gone: its GPUs are free.
+
+    After ``workload.preempted`` the victim's GPUs stay held (nothing else is
+    placed on them) until this report for its ``run_number`` (1 = the first start) or
+    until the policy's grace (``preemption_grace_s``, or less if the workload
+    asked for less) has passed, whichever comes first. A report for a run that
+    holds nothing (late, repeated, or past the grace) is ignored.
+    """
+
+    workload: Text
+    run_number: Int64
+    exit_code: Int64 | None = None
+    signal: Text | None = None
+    # The host whose share of the run stopped (a gang runs one process group per
+    # host, each stopped by its own executor): only that host's GPUs are freed.
+    # None: the whole run stopped.
+    host: Text | None = None
 
 
 class RejectReason:
@@ -146,3 +196,4 @@ class RejectReason:
     NOT_A_LEAF = "not_a_leaf"
     DUPLICATE_WORKLOAD = "duplicate_workload"
     FUTURE_TIME = "future_time"
+    BAD_RUN_SPEC = "bad_run_spec"

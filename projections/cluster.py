@@ -20,7 +20,8 @@ REPAIRING = "repairing"
 class Host:
     """One host's capacity and occupancy."""
 
-    __slots__ = ("block", "fault_reason", "faulted_at", "free", "gpus", "health", "name", "rack", "workloads")
+    __slots__ = ("block", "fault_reason", "faulted_at", "free", "gpus", "health", "held", "name",
+                 "rack", "workloads")
 
     def __init__(self, name: str, gpus: int, rack: str | None, block: str | None) -> None:
         self.name = name
@@ -32,6 +33,8 @@ class Host:
         self.fault_reason = ""
         self.faulted_at: int | None = None
         self.workloads: dict[str, int] = {}  # workload id -> GPUs held here
+        # GPUs of preempted runs still stopping (their grace): taken, by no workload.
+        self.held = 0
 
     @property
     def schedulable(self) -> bool:
@@ -169,6 +172,24 @@ class ClusterProjection:
                 continue
             self._set_free(h, h.free + gpus)
             h.workloads.pop(workload, None)
+
+    def hold(self, workload: str, slots: Iterable[tuple[str, int]]) -> None:
+        """``workload`` left its slots, but its processes may still run: the GPUs stay taken."""
+        for host, gpus in slots:
+            h = self.hosts.get(host)
+            if h is None:
+                continue
+            h.workloads.pop(workload, None)
+            h.held += gpus
+
+    def unhold(self, slots: Iterable[tuple[str, int]]) -> None:
+        """GPUs ``hold`` kept are free again (the run stopped, or its grace ended)."""
+        for host, gpus in slots:
+            h = self.hosts.get(host)
+            if h is None:
+                continue
+            h.held -= gpus
+            self._set_free(h, h.free + gpus)
 
     def snapshot(self) -> list[tuple[str, int, int, str, list[tuple[str, int]]]]:
         """A canonical, comparable view (for state fingerprints)."""

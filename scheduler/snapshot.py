@@ -43,7 +43,7 @@ from projections.usage import LeafUsage, UsageProjection
 from projections.workloads import PENDING, RUNNING, Workload, WorkloadsProjection
 from scheduler.state import State
 
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3
 MAGIC = "allot-snapshot"
 
 _encoder = msgspec.msgpack.Encoder()
@@ -60,6 +60,14 @@ def _v1_to_v2(body: dict[str, Any]) -> dict[str, Any]:
 
 
 UPCASTERS[1] = _v1_to_v2
+
+
+def _v2_to_v3(body: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 adds runs still stopping through their grace, and the graces asked for."""
+    return {**body, "v": 3, "stopping": [], "grace_asked": []}
+
+
+UPCASTERS[2] = _v2_to_v3
 
 
 class SnapshotError(AllotError):
@@ -130,6 +138,9 @@ def _snapshot(state: State) -> bytes:
         "reservations": [[w, list(hosts), until, since]
                          for w, (hosts, until, since) in state.reservations.items()],
         "last_preemption": [[w, r, by, at] for w, (r, by, at) in state.last_preemption.items()],
+        "stopping": [[w, run, [[h, g] for h, g in placement], until, by]
+                     for (w, run), (placement, until, by) in state.stopping.items()],
+        "grace_asked": [[w, g] for w, g in state.grace_asked.items()],
     }
     return _encoder.encode(body)
 
@@ -196,6 +207,15 @@ def _restore(b: dict[str, Any]) -> State:
     state.reservations = {w: (tuple(hosts), until, since)
                           for w, hosts, until, since in b["reservations"]}
     state.last_preemption = {w: (r, by, at) for w, r, by, at in b["last_preemption"]}
+    for w, run, placement, until, by in b["stopping"]:
+        slots = tuple((h, g) for h, g in placement)
+        state.stopping[(w, run)] = (slots, until, by)
+        for h, g in slots:  # (the hosts' free counts already exclude these GPUs)
+            if h in state.cluster_state.hosts:
+                state.cluster_state.hosts[h].held += g
+        if by is not None:
+            state.stopping_for[by] = state.stopping_for.get(by, 0) + 1
+    state.grace_asked = {w: g for w, g in b["grace_asked"]}
     return state
 
 

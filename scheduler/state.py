@@ -42,6 +42,7 @@ from events import (
     WorkloadRejected,
     WorkloadReserved,
     WorkloadStarted,
+    WorkloadStopped,
     WorkloadSubmitted,
 )
 from projections import (
@@ -88,6 +89,16 @@ class State:
         self.memo: dict[str, object] = {}
         # Why each workload last left a host (for explain): (reason, by, at).
         self.last_preemption: dict[str, tuple[str, str | None, int]] = {}
+        # Preemption takes time (policy.preemption_grace_s > 0): a preempted run's
+        # GPUs stay taken until its executor reports ``workload.stopped`` or its
+        # grace ends, so nothing is placed on GPUs a dying process still uses.
+        # (workload, run) -> (its placement, the grace's end, preempted by).
+        self.stopping: dict[tuple[str, int], tuple[tuple[tuple[str, int], ...], int, str | None]] = {}
+        # Preemptor -> how many of its victims are still stopping: it waits for
+        # them instead of searching for more (scheduler.policy.cycle.place).
+        self.stopping_for: dict[str, int] = {}
+        # Workload -> the grace it asked for (``grace_s``; only those that did).
+        self.grace_asked: dict[str, int] = {}
         self._fold: dict[type, Callable[[Any], None]] = {
             PolicyConfigured: self._policy,
             BudgetNodeDefined: self._node_defined,
@@ -104,6 +115,7 @@ class State:
             WorkloadPreempted: self._preempted,
             WorkloadReserved: self._reserved,
             ClockTicked: self._ticked,
+            WorkloadStopped: self._stopped,
             WorkloadRejected: _noop,
             BudgetEditRejected: _noop,
             InputRejected: _noop,
@@ -156,6 +168,39 @@ class State:
     def _ticked(self, e: ClockTicked) -> None:
         if e.at > self.now:
             self.now = e.at
+            if self.stopping:
+                due = [k for k, (_, until, _) in self.stopping.items() if until <= self.now]
+                for k in due:
+                    self._release(k)
+                if due:  # GPUs came back: a cycle at this tick is not idle
+                    self.version += 1
+
+    def grace_of(self, workload: str) -> int:
+        """Seconds a preempted run of ``workload`` may take to stop: the policy's, or less if it asked."""
+        g = self.policy.preemption_grace_s
+        asked = self.grace_asked.get(workload)
+        return g if asked is None else max(0, min(g, asked))
+
+    def _release(self, key: tuple[str, int]) -> None:
+        placement, _, by = self.stopping.pop(key)
+        self.cluster_state.unhold(placement)
+        if by is not None:
+            n = self.stopping_for.get(by, 0) - 1
+            if n > 0:
+                self.stopping_for[by] = n
+            else:
+                self.stopping_for.pop(by, None)
+
+    def _stopped(self, e: WorkloadStopped) -> None:
+        key = (e.workload, e.run_number)
+        if e.host is not None:
+            placement, until, by = self.stopping[key]
+            rest = tuple((h, g) for h, g in placement if h != e.host)
+            if rest:  # other hosts of the gang still stopping: free this one's GPUs only
+                self.cluster_state.unhold([(h, g) for h, g in placement if h == e.host])
+                self.stopping[key] = (rest, until, by)
+                return
+        self._release(key)
 
     def _policy(self, e: PolicyConfigured) -> None:
         self.policy = e
@@ -193,11 +238,16 @@ class State:
             submit_event=e.id, expected_duration_s=e.expected_duration_s,
             checkpoint_interval_s=e.checkpoint_interval_s, restart_overhead_s=e.restart_overhead_s,
         ))
+        if e.grace_s is not None:
+            self.grace_asked[e.workload] = e.grace_s
 
-    def _end_run(self, w: Workload, status: str) -> None:
+    def _end_run(self, w: Workload, status: str, hold: bool = False) -> None:
         if w.allocated:
             self.usage.change_rate(w.budget, -w.gpus, self.now)
-        self.cluster_state.release(w.id, w.placement)
+        if hold:
+            self.cluster_state.hold(w.id, w.placement)
+        else:
+            self.cluster_state.release(w.id, w.placement)
         self.workloads.stop(w, status)
 
     def _reserved(self, e: WorkloadReserved) -> None:
@@ -227,13 +277,18 @@ class State:
         w = self.workloads.all[e.workload]
         w.preemptions += 1
         self.last_preemption[w.id] = (e.reason, e.by, self.now)
-        self._end_run(w, PENDING if e.requeued else PREEMPTED)
+        grace = self.grace_of(w.id) if self.policy.preemption_grace_s else 0
+        if grace > 0:
+            self.stopping[(w.id, w.runs)] = (w.placement, self.now + grace, e.by)
+            if e.by is not None:
+                self.stopping_for[e.by] = self.stopping_for.get(e.by, 0) + 1
+        self._end_run(w, PENDING if e.requeued else PREEMPTED, hold=grace > 0)
 
     # -- comparison -------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, object]:
         """Everything that defines this state, in a canonical comparable form."""
-        return {
+        out: dict[str, object] = {
             "cluster": self.cluster,
             "now": self.now,
             "position": self.position,
@@ -250,6 +305,11 @@ class State:
                                           self.workloads.pending_free.items()}}.items())
             },
         }
+        if self.stopping:  # (only then: states of logs without a grace keep their fingerprints)
+            out["stopping"] = sorted([k, list(v)] for k, v in self.stopping.items())
+        if self.grace_asked:
+            out["grace_asked"] = sorted(self.grace_asked.items())
+        return out
 
     def fingerprint(self) -> str:
         """A digest of ``snapshot()``: equal states have equal fingerprints."""

@@ -28,6 +28,7 @@ from events import (
     RejectReason,
     WorkloadCancelled,
     WorkloadFinished,
+    WorkloadStopped,
     WorkloadSubmitted,
 )
 from events.limits import MAX_GPUS_PER_HOST, MAX_HOSTS_PER_CLUSTER, MAX_SHARES, MAX_WINDOW_BUCKETS
@@ -69,7 +70,7 @@ def _policy(state, e: PolicyConfigured) -> Verdict:
         if getattr(e, name) < 1:
             return Reject("input", InputReason.BAD_POLICY, f"{name} must be >= 1")
     if e.min_runtime_cap_s < 0 or e.reservations < 0 or e.team_depth < 0 \
-            or e.dedupe_window_s < 0 or e.clock_skew_s < 0 \
+            or e.dedupe_window_s < 0 or e.clock_skew_s < 0 or e.preemption_grace_s < 0 \
             or (e.borrowed_protection_s is not None and e.borrowed_protection_s < 0):
         return Reject("input", InputReason.BAD_POLICY, "negative knob")
     if e.window_s < e.bucket_s:
@@ -220,6 +221,9 @@ def _submitted(state, e: WorkloadSubmitted) -> Verdict:
     if e.restart_overhead_s < 0:
         return Reject("workload", RejectReason.BAD_PREEMPTION_COST,
                       "restart_overhead_s must be >= 0")
+    bad_run = _bad_run_spec(e)
+    if bad_run is not None:
+        return Reject("workload", RejectReason.BAD_RUN_SPEC, bad_run)
     shape = shape_of(e)
     if isinstance(shape, str):
         return Reject("workload", RejectReason.MALFORMED_SHAPE, shape)
@@ -257,6 +261,41 @@ def _finished(state, e: WorkloadFinished) -> Verdict:
         return Reject("input", InputReason.UNKNOWN_WORKLOAD, f"no workload {e.workload!r}")
     if w.status != RUNNING:
         return Reject("input", InputReason.NOT_RUNNING, f"{e.workload!r} is {w.status}")
+    if e.run_number is not None and e.run_number != w.runs:
+        return Reject("input", InputReason.NOT_RUNNING,
+                      f"run {e.run_number} of {e.workload!r} ended already (it is on run {w.runs})")
+    return None
+
+
+def _bad_run_spec(e: WorkloadSubmitted) -> str | None:
+    """What is wrong with the fields a real executor runs (None: nothing, or none given)."""
+    if e.command is not None and (not e.command or not e.command[0]):
+        return "command must name a program (argv[0])"
+    for item in e.env or ():
+        name, sep, _ = item.partition("=")
+        if not sep or not name:
+            return f"env entries are NAME=value, not {item[:40]!r}"
+    if e.time_limit_s is not None and e.time_limit_s < 1:
+        return "time_limit_s must be >= 1 (or null: no limit)"
+    if e.grace_s is not None and e.grace_s < 0:
+        return "grace_s must be >= 0"
+    return None
+
+
+def _stopped(state, e: WorkloadStopped) -> Verdict:
+    if e.workload not in state.workloads.all:
+        return Reject("input", InputReason.UNKNOWN_WORKLOAD, f"no workload {e.workload!r}")
+    if (e.workload, e.run_number) not in state.stopping:
+        # Late (the grace ran out first), repeated, for a run never preempted, or
+        # from an executor that saw a preemption with no grace: nothing is held,
+        # nothing to do, and the journal says so (a copy of the same report, same
+        # id, is dropped before this as a duplicate).
+        return Reject("input", InputReason.NOT_STOPPING,
+                      f"run {e.run_number} of {e.workload!r} holds no GPUs "
+                      "(not preempted, already stopped, or its grace ended)")
+    if e.host is not None and all(h != e.host for h, _ in state.stopping[(e.workload, e.run_number)][0]):
+        return Reject("input", InputReason.NOT_STOPPING,
+                      f"run {e.run_number} of {e.workload!r} holds no GPUs on {e.host!r}")
     return None
 
 
@@ -283,6 +322,7 @@ _CHECKS: dict[type, Any] = {
     WorkloadCancelled: _cancelled,
     WorkloadFinished: _finished,
     ClockTicked: _tick,
+    WorkloadStopped: _stopped,
 }
 
 def _check_table() -> None:

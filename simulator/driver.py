@@ -60,6 +60,7 @@ from simulator.spec import BudgetNodeSpec, SquatterSpec, WorkloadSpec
 # Order of work at one moment: capacity comes back before new work arrives,
 # and the cycle (tick) runs last, seeing everything that happened at that time.
 FINISH, REPAIR, FAULT, SUBMIT, CANCEL, TICK = range(6)
+STOPPED = 6  # a preempted run's processes are gone (workload.stopped; see WorkloadSpec.stop_s)
 
 
 # What the simulated owner does with a contract longer than the policy's cap:
@@ -308,7 +309,11 @@ class Simulation:
                         holding[hold_of[wid]] = specs[wid].gpus
                     n = run_no.get(wid, 0) + 1
                     run_no[wid] = n
-                    push(t + remaining[wid], FINISH, (wid, n))
+                    limit = specs[wid].time_limit_s
+                    if limit is not None and limit < remaining[wid]:
+                        push(t + limit, FINISH, (wid, n, True))   # stopped at its time limit
+                    else:
+                        push(t + remaining[wid], FINISH, (wid, n, False))
                     # protected_until is event time; the heap counts from the epoch.
                     pu = None if d.protected_until is None else d.protected_until - epoch
                     if pu is not None and pu > t and pu not in ticks_at:
@@ -318,6 +323,14 @@ class Simulation:
                     wid = d.workload
                     spec = specs[wid]
                     ran = t - run_start[wid]
+                    grace = state.grace_of(wid) if state.policy.preemption_grace_s else 0
+                    if grace > 0 and max(1, spec.stop_s) < grace:
+                        push(t + max(1, spec.stop_s), STOPPED, (wid, run_no[wid]))
+                    elif grace > 0 and t + grace not in ticks_at:
+                        # The grace's end frees the GPUs at a tick: the live ticker
+                        # would run one within a second, and so does the simulation.
+                        ticks_at.add(t + grace)
+                        push(t + grace, TICK, None)
                     if d.requeued:
                         # Work up to the last checkpoint is kept; the next run
                         # first reloads it.
@@ -381,11 +394,15 @@ class Simulation:
             while heap and heap[0][0] == t:
                 _, kind, _, payload = heapq.heappop(heap)
                 if kind == FINISH:
-                    wid, n = payload  # type: ignore[misc]
+                    wid, n, limited = payload  # type: ignore[misc]
                     if run_no.get(wid) == n and wid in state.workloads.running:
                         spec = specs[wid]
                         wanted -= spec.gpus
-                        feed(mk.finish(wid, at=at, outcome=spec.outcome), t)
+                        if limited:
+                            feed(mk.finish(wid, at=at, outcome="failed", reason="time_limit",
+                                           signal="SIGTERM", run_number=n), t)
+                        else:
+                            feed(mk.finish(wid, at=at, outcome=spec.outcome), t)
                         if wid in hold_of:
                             ended(wid, t)
                 elif kind == SUBMIT:
@@ -409,7 +426,8 @@ class Simulation:
                                    kind=spec.kind, expected_duration_s=spec.duration_s,
                                    checkpoint_interval_s=spec.checkpoint_interval_s,
                                    restart_overhead_s=spec.restart_overhead_s,
-                                   resubmit_of=spec.resubmit_of), t)
+                                   resubmit_of=spec.resubmit_of,
+                                   time_limit_s=spec.time_limit_s), t)
                     if spec.patience_s is not None:
                         push(t + spec.patience_s, CANCEL, spec.workload)
                 elif kind == CANCEL:
@@ -427,6 +445,10 @@ class Simulation:
                         feed(mk.fault(host, severity, at=at, reason="injected"), t)
                 elif kind == REPAIR:
                     feed(mk.repair(payload, at=at), t)  # type: ignore[arg-type]
+                elif kind == STOPPED:
+                    wid, n = payload  # type: ignore[misc]
+                    if (wid, n) in state.stopping:
+                        feed(mk.stopped(wid, n, at=at, signal="SIGTERM"), t)
             # One cycle per moment, after everything that happened at it.
             cycles += 1
             feed(mk.tick(at), t)

@@ -46,6 +46,14 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     restart_overhead_s: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)] = 0
     resubmits: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 0
     resubmit_of: Text | None = None
+    # What a real executor would enforce and report, modelled: ``time_limit_s``
+    # ends a run that lasts longer, ``failed`` (reason ``time_limit``), like
+    # Slurm's --time; ``stop_s`` is how long a preempted run takes to stop after
+    # SIGTERM. Under the policy's ``preemption_grace_s`` the simulated executor
+    # reports ``workload.stopped`` that long after the preemption (at least 1 s;
+    # never, when the grace ends first), and until then its GPUs stay held.
+    time_limit_s: Annotated[int, msgspec.Meta(ge=1, le=INT64_MAX)] | None = None
+    stop_s: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)] = 0
 
 
 class BudgetNodeSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

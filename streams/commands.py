@@ -83,6 +83,23 @@ def register(subparsers: Any) -> None:
                    help="run time the simulated executor plays (the scheduler never reads it)")
     p.add_argument("--follow", action="store_true",
                    help="also wait for the workload's first decision (started, preempted, ...)")
+    run = p.add_argument_group("what a real executor runs (allot executor local; docs/executor.md)")
+    run.add_argument("argv", nargs="*", metavar="-- CMD ARGS",
+                     help="the command and its arguments, after `--` (run without a shell)")
+    run.add_argument("--workdir", default=None, metavar="DIR",
+                     help="its working directory (default: this one, when a command is given)")
+    run.add_argument("--script", default=None, metavar="FILE",
+                     help="run a script file, like sbatch: its path (with `sh` when it is not "
+                          "executable), arguments after `--`")
+    run.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                     help="an environment variable for it (repeatable)")
+    run.add_argument("--time", type=duration_value, default=None, metavar="DURATION",
+                     help="wall-clock limit of a run, like Slurm's --time: 1:00:00, 90m, 3600")
+    run.add_argument("--log", dest="log_path", default=None, metavar="PATH",
+                     help="its log file; {workload}, {run}, {rank}, {host} are filled in "
+                          "(default: one file per workload and run in the executor's log dir)")
+    run.add_argument("--grace", type=duration_value, default=None, metavar="DURATION",
+                     help="time it needs between SIGTERM and SIGKILL, if less than the policy's")
     common(p)
     p.set_defaults(func=_guarded(_submit))
 
@@ -328,7 +345,8 @@ def _submit(args: Any) -> int:
                               user=args.user or ctx.actor, gpus=args.gpus, hosts=args.hosts,
                               gpus_per_host=args.gpus_per_host, min_runtime_s=args.min_runtime,
                               resumable=args.resumable, priority=args.priority, kind=args.kind,
-                              expected_duration_s=args.expected_duration)
+                              expected_duration_s=args.expected_duration,
+                              **_run_spec(args))
     except (TypeError, msgspec.ValidationError) as exc:
         raise ClientError(str(exc)) from None
     from streams.state_cli import workload_status
@@ -340,6 +358,31 @@ def _submit(args: Any) -> int:
         lifecycle = ("workload.started", "workload.preempted", "workload.rejected")
         follow = lambda d: tag_of(type(d)) in lifecycle and getattr(d, "workload", None) == workload  # noqa: E731
     return _send(ctx, e, follow, existing)
+
+
+def _run_spec(args: Any) -> dict[str, Any]:
+    """The run-spec fields of ``allot submit`` (none when no command and no option names one)."""
+    import os
+
+    command = list(getattr(args, "argv", None) or [])
+    if command and command[0] == "--":
+        command = command[1:]
+    script = getattr(args, "script", None)
+    if script is not None:
+        if not os.path.isfile(script):
+            raise ClientError(f"--script: no such file {script!r}")
+        path = os.path.abspath(script)
+        command = [path, *command] if os.access(path, os.X_OK) else ["sh", path, *command]
+    for item in args.env:
+        if "=" not in item or item.startswith("="):
+            raise ClientError(f"--env expects NAME=VALUE, got {item!r}")
+    workdir = args.workdir
+    if workdir is None and command:
+        workdir = os.getcwd()
+    return {"command": tuple(command) or None,
+            "workdir": os.path.abspath(workdir) if workdir else None,
+            "env": tuple(args.env) or None, "log_path": args.log_path,
+            "time_limit_s": args.time, "grace_s": args.grace}
 
 
 def _cancel(args: Any) -> int:

@@ -39,11 +39,13 @@ from events import (
     ClockTicked,
     Event,
     InputRejected,
+    PolicyConfigured,
     WorkloadCancelled,
     WorkloadFinished,
     WorkloadPreempted,
     WorkloadRejected,
     WorkloadStarted,
+    WorkloadStopped,
     WorkloadSubmitted,
 )
 from events.errors import AllotError
@@ -83,17 +85,25 @@ class Run(msgspec.Struct, kw_only=True):
     needs_s: int | None            # run time still needed (None: runs until stopped)
     placement: tuple[tuple[str, int], ...]
 
+    limit_s: int | None = None     # the workload's time_limit_s
+
     def due_at(self) -> int | None:
-        return None if self.needs_s is None else self.started_at + self.needs_s
+        ends = [x for x in (self.needs_s, self.limit_s) if x is not None]
+        return self.started_at + min(ends) if ends else None
+
+    def limited(self) -> bool:
+        """It ends at its time limit, not by itself."""
+        return self.limit_s is not None and (self.needs_s is None or self.limit_s < self.needs_s)
 
 
 class Finish(msgspec.Struct, frozen=True, kw_only=True):
-    """A run that ended by itself: what the executor reports."""
+    """A run that ended by itself (or at its time limit): what the executor reports."""
 
     workload: str
     run: int
     due_at: int
     outcome: str
+    reason: str | None = None    # time_limit: stopped at the workload's time_limit_s
 
 
 class ExecutorBook:
@@ -113,6 +123,11 @@ class ExecutorBook:
         self.reported: set[tuple[str, int]] = set()
         self._open: Event | None = None                # the last input: its group may be open
         self.ended = 0
+        # Preemption takes time (policy.preemption_grace_s): a simulated run stops
+        # at once, so under a grace each preempted run is reported stopped.
+        self.grace_s = 0
+        self.limits: dict[str, int] = {}               # workload -> time_limit_s
+        self.stops: list[tuple[str, int]] = []         # preempted runs to report stopped
 
     # -- the fold ---------------------------------------------------------------------------
 
@@ -129,6 +144,8 @@ class ExecutorBook:
                 dur = e.expected_duration_s if e.expected_duration_s is not None \
                     else self.default_duration_s
                 self.specs.setdefault(e.workload, (dur, e.resumable))
+                if e.time_limit_s is not None:
+                    self.limits.setdefault(e.workload, e.time_limit_s)
             return
         if type(e) in (InputRejected, WorkloadRejected) and self._open is not None \
                 and e.cause == self._open.id:
@@ -137,11 +154,16 @@ class ExecutorBook:
         if type(e) is WorkloadStarted:
             self._start(e)
         elif type(e) is WorkloadPreempted:
+            run = self.running.get(e.workload)
+            if run is not None and self.grace_s > 0:
+                self.stops.append((e.workload, run.run))
             self._stop(e.workload, e.at, requeued=e.requeued)
 
     def close_group(self) -> None:
         """The open input took effect (no rejection followed it): apply it."""
         e, self._open = self._open, None
+        if type(e) is PolicyConfigured:
+            self.grace_s = e.preemption_grace_s
         if type(e) in (WorkloadFinished, WorkloadCancelled):
             self._stop(e.workload, self.now, requeued=False)  # type: ignore[union-attr]
 
@@ -153,7 +175,8 @@ class ExecutorBook:
         self.runs[e.workload] = n
         needs = None if dur is None else max(1, dur - self.progress.get(e.workload, 0))
         self.running[e.workload] = Run(workload=e.workload, run=n, started_at=e.at, needs_s=needs,
-                                       placement=tuple((s.host, s.gpus) for s in e.placement))
+                                       placement=tuple((s.host, s.gpus) for s in e.placement),
+                                       limit_s=self.limits.get(e.workload))
 
     def _stop(self, workload: str, at: int, requeued: bool) -> None:
         run = self.running.pop(workload, None)
@@ -184,6 +207,10 @@ class ExecutorBook:
             if due is None or due > self.now or (run.workload, run.run) in self.reported:
                 continue
             self.reported.add((run.workload, run.run))
+            if run.limited():
+                out.append(Finish(workload=run.workload, run=run.run, due_at=due,
+                                  outcome="failed", reason="time_limit"))
+                continue
             outcome = "failed" if fails(run.workload, self.fail_fraction, self.seed) else "succeeded"
             out.append(Finish(workload=run.workload, run=run.run, due_at=due, outcome=outcome))
         return sorted(out, key=lambda f: (f.due_at, f.workload))
@@ -196,12 +223,26 @@ class ExecutorBook:
         still runs at the end is decided again at the next complete group.
         """
         self.reported = set()
+        self.stops = []
+
+    def take_stops(self) -> list[tuple[str, int]]:
+        """Preempted runs (under a grace) not yet reported stopped; each returned once."""
+        out, self.stops = self.stops, []
+        return out
+
+    def stopped_report(self, workload: str, run: int,
+                       principal: str = EXECUTOR_PRINCIPAL) -> WorkloadStopped:
+        """The input that reports a preempted run's processes gone (simulated: at once)."""
+        return WorkloadStopped(id=f"{finish_id(self.cluster, workload, run)}:stopped",
+                               at=self.now, cluster=self.cluster, actor=principal,
+                               source=EXECUTOR_SOURCE, workload=workload, run_number=run)
 
     def report(self, f: Finish, principal: str = EXECUTOR_PRINCIPAL) -> WorkloadFinished:
         """The input that reports ``f``."""
         return WorkloadFinished(id=finish_id(self.cluster, f.workload, f.run), at=self.now,
                                 cluster=self.cluster, actor=principal, source=EXECUTOR_SOURCE,
-                                workload=f.workload, outcome=f.outcome)  # type: ignore[arg-type]
+                                workload=f.workload, outcome=f.outcome,  # type: ignore[arg-type]
+                                reason=f.reason)
 
 
 def feed(book: ExecutorBook, events: Iterable[Event]) -> list[Finish]:
@@ -286,6 +327,13 @@ class SimulatedExecutor:
                             caught.add(p)
                             if len(caught) == len(tails):
                                 self.ready.set()
+                    if p in caught:
+                        for c in by_partition[p]:
+                            sbook = self.books.get(c)
+                            if sbook is None:
+                                continue
+                            for w, run in sbook.take_stops():
+                                await client.publish(sbook.stopped_report(w, run, self.principal))
                     for book, f in due:
                         e = book.report(f, self.principal)
                         await client.publish(e)

@@ -44,6 +44,7 @@ from events import (
     PolicyConfigured,
     WorkloadCancelled,
     WorkloadFinished,
+    WorkloadStopped,
     WorkloadSubmitted,
     decode,
     tag_of,
@@ -150,6 +151,7 @@ REASONS: dict[str, str] = {
 SCHEDULE_INPUTS: tuple[type, ...] = (
     WorkloadSubmitted, WorkloadCancelled, WorkloadFinished, HostAdded, HostRemoved,
     HostFaulted, HostRepaired, BudgetNodeDefined, BudgetSharesSet, PolicyConfigured,
+    WorkloadStopped,  # a preempted run's GPUs are free: its preemptor may start
 )
 
 

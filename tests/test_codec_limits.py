@@ -32,6 +32,7 @@ from events.limits import (
     MAX_DEPTH,
     MAX_DURATION_S,
     MAX_GPUS_PER_HOST,
+    MAX_PATH_CHARS,
     MAX_RECORD_BYTES,
     MAX_SHARES,
     MAX_STRING_CHARS,
@@ -211,12 +212,14 @@ def test_every_integer_is_int64(case: tuple[type, tuple, msgspec.inspect.IntType
 
 @pytest.mark.parametrize("case", STR_LEAVES, ids=_leaf_id)
 def test_every_string_is_bounded(case: tuple[type, tuple, msgspec.inspect.StrType]) -> None:
-    """Each string field refuses MAX_STRING_CHARS + 1 characters, naming its path."""
-    cls, path, _ = case
+    """Each string field refuses one character past its limit (MAX_STRING_CHARS, or a path's), naming its path."""
+    cls, path, t = case
+    limit = t.max_length
+    assert limit is not None and limit <= MAX_STRING_CHARS
     record = sample(cls)
-    exc = _refusal(encode_record(with_value(record, path, "a" * (MAX_STRING_CHARS + 1))))
+    exc = _refusal(encode_record(with_value(record, path, "a" * (limit + 1))))
     assert exc.position == json_path(path)
-    decode(encode_record(with_value(record, path, "a" * MAX_STRING_CHARS)))
+    decode(encode_record(with_value(record, path, "a" * limit)))
 
 
 def test_bounded_fields_have_their_own_limits() -> None:
@@ -226,6 +229,9 @@ def test_bounded_fields_have_their_own_limits() -> None:
     assert bounds[("policy.configured", "$.host_gpus")] == MAX_GPUS_PER_HOST
     assert bounds[("budget.node_defined", "$.shares")] == MAX_SHARES
     assert bounds[("budget.shares_set", "$.shares[0].shares")] == MAX_SHARES
+    paths = {(tag_of(cls), json_path(path)): t.max_length for cls, path, t in STR_LEAVES}
+    assert paths[("workload.submitted", "$.workdir")] == MAX_PATH_CHARS
+    assert paths[("workload.submitted", "$.log_path")] == MAX_PATH_CHARS
 
 
 def test_the_schema_states_the_limits() -> None:

@@ -34,11 +34,13 @@ ALLOWED: dict[str, set[str]] = {
     "streams": {"events", "projections", "scheduler", "simulator", "native", "forecast",
                 "identity", "dashboard"},
     "allot": {"events", "projections", "scheduler", "simulator", "audit", "streams", "native",
-              "whatif", "forecast", "archive", "identity", "monitor"},
+              "whatif", "forecast", "archive", "identity", "monitor", "executor"},
     # Keys and signatures; its audit verb reads the journal through streams.
     "identity": {"events", "streams"},
     # The dashboard's static page and where it lies: imports nothing of allot.
     "dashboard": set(),
+    # The real executor: reads the journal and publishes through streams' client.
+    "executor": {"events", "streams"},
     # The what-if driver runs the core; its history reader and report use the audit.
     "whatif": {"events", "projections", "scheduler", "audit"},
     # Forecasts are pure: a state snapshot and assumptions in, a start estimate out.

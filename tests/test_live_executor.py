@@ -105,6 +105,33 @@ def test_a_restarted_executor_repeats_only_an_unjournaled_finish_with_the_same_i
     assert feed(done, [mk.tick(T + 102), mk.tick(T + 103)]) == []
 
 
+def test_under_a_grace_a_preempted_run_is_reported_stopped_once() -> None:
+    mk = Inputs("c", prefix="i")
+    t0, t1 = mk.tick(T), mk.tick(T + 40)
+    for grace, want in ((0, []), (30, [("w", 1)])):
+        book = ExecutorBook("c")
+        feed(book, [mk.policy(at=T, preemption_grace_s=grace),
+                    mk.submit("w", "lab/a", gpus=1, min_runtime_s=10, at=T,
+                              expected_duration_s=100),
+                    t0, _start(t0.id, T, "w"), t1, _preempt(t1.id, T + 40, "w"), mk.tick(T + 41)])
+        assert book.take_stops() == want
+        assert book.take_stops() == []
+    e = book.stopped_report("w", 1)
+    assert (e.workload, e.run_number, e.id) == ("w", 1, finish_id("c", "w", 1) + ":stopped")
+
+
+def test_a_run_ends_failed_at_its_time_limit() -> None:
+    mk = Inputs("c", prefix="i")
+    t0 = mk.tick(T)
+    ev = [mk.submit("w", "lab/a", gpus=1, min_runtime_s=10, at=T, expected_duration_s=100,
+                    time_limit_s=30), t0, _start(t0.id, T, "w"),
+          mk.tick(T + 29), mk.tick(T + 30), mk.tick(T + 31)]
+    book = ExecutorBook("c")
+    [f] = feed(book, ev)
+    assert (f.due_at, f.outcome, f.reason) == (T + 30, "failed", "time_limit")
+    assert book.report(f).reason == "time_limit"
+
+
 @pytest.mark.parametrize("workload", ["w1", "a/b c", "é" * 10, "x" * 300])
 def test_finish_ids_are_valid_input_ids(workload: str) -> None:
     fid = finish_id("demo", workload, 3)

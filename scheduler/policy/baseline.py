@@ -46,12 +46,20 @@ def decide(state: State, cause: str = "cycle") -> list[Event]:
     tree = state.budget
     team_of = tree.structure().teams(team_depth)
 
+    # Preemption takes time (policy.preemption_grace_s, see cycle.Cycle.grace): a
+    # preemptor whose victims keep their GPUs through a grace starts later.
+    grace = state.policy.preemption_grace_s > 0
+    held_back: list[str] = []
+
     def stop(w: Workload, reason: str, by: str | None) -> None:
         if victims is not None and w.id not in gone:
             victims.discard(w)
         gone.add(w.id)
-        for h, g in w.placement:
-            capacity.give(h, g)
+        if grace and state.grace_of(w.id):
+            held_back.append(w.id)  # its GPUs stay taken through its grace (State.stopping)
+        else:
+            for h, g in w.placement:
+                capacity.give(h, g)
         emit.preempted(w.id, reason, by, requeued=w.resumable)
 
     # 1. Faulty hosts: preemptible work leaves at once; opt-out work stays until it ends.
@@ -68,9 +76,11 @@ def decide(state: State, cause: str = "cycle") -> list[Event]:
             w = running[wid]
             if host_failed or not w.allocated:
                 stop(w, "host_failure" if host_failed else "host_drain", by=name)
+                if grace and state.grace_of(wid):
+                    left += 1  # still stopping: drained once its GPUs are released
             else:
                 left += 1
-        if left == 0:
+        if left == 0 and not h.held:
             emit.drained(name)
 
     # 2. Non-preemptible GPUs held per team, against the team's limit. A sum over
@@ -119,7 +129,8 @@ def decide(state: State, cause: str = "cycle") -> list[Event]:
         opt_out = w.allocated and held.get(team, 0) + w.gpus <= limits[team]
         n, k = w.hosts, w.gpus_per_host
         placed = capacity.choose(n, k, now) if capacity.total_free >= n * k else None
-        if placed is None and searches > 0 and not _dominated(failed, n, k, opt_out, w.priority):
+        if placed is None and searches > 0 and not (grace and w.id in state.stopping_for) \
+                and not _dominated(failed, n, k, opt_out, w.priority):
             searches -= 1
             if victims is None:
                 victims = VictimIndex.for_cycle(state, gone)
@@ -131,9 +142,11 @@ def decide(state: State, cause: str = "cycle") -> list[Event]:
             plan = victims.search(w.hosts, w.gpus_per_host, now, capacity,
                                   baseline_rule(opt_out, w.priority), w.id, costs)
             if plan is not None:
+                held_back.clear()
                 for v, reason in plan.victims:
                     stop(v.w, reason, by=w.id)
-                placed = plan.hosts
+                # With victims in their grace it starts at a later cycle, when released.
+                placed = None if held_back else plan.hosts
             else:
                 failed.append((n, k, opt_out, w.priority))
         if placed is None:

@@ -70,7 +70,9 @@ class Outcome(msgspec.Struct, frozen=True, omit_defaults=True):
       enough;
     - ``search_budget``: it could take victims now, but the cycle's preemption
       searches ran out first;
-    - ``better_ranked``: the GPUs it needs are held by work it may not take.
+    - ``better_ranked``: the GPUs it needs are held by work it may not take;
+    - ``victims_stopping``: it preempted ``victims``, whose GPUs are released when
+      they stop (``workload.stopped``) or their grace ends.
     """
 
     status: str
@@ -158,6 +160,11 @@ class Cycle:
         self._fits_at = -1  # ... this one
         self._failures: dict[tuple[object, ...], object] | None = None  # see failures()
         self.searches_left = self.policy.preemption_searches
+        # Preemption takes time (policy.preemption_grace_s): a victim's GPUs stay
+        # taken through its grace (State.stopping), so its preemptor starts at a
+        # later cycle, once they are released. 0 (the default): at once, as ever.
+        self.grace = self.policy.preemption_grace_s > 0
+        self.held_back = False  # a stop of this cycle kept its GPUs (see stop)
         self.leftover = False  # a preemption freed more than its preemptor took
         self.started: set[str] = set()  # workloads started in this cycle
 
@@ -200,9 +207,11 @@ class Cycle:
                 w = running[wid]
                 if failed or not w.protected_at(self.now):
                     self.stop(w, "host_failure" if failed else "host_drain", by=name)
+                    if self.grace and self.state.grace_of(wid):
+                        remaining += 1  # still stopping: drained once its GPUs are released
                 else:
                     remaining += 1
-            if remaining == 0:
+            if remaining == 0 and not h.held:  # (held: preempted runs in their grace)
                 self.emit.drained(name)
 
     # ------------------------------------------------------------------ step 4
@@ -389,6 +398,8 @@ class Cycle:
         """Start ``w`` (fit, else preempt), or note why not; True when it started."""
         if self.place(w, None):
             return True
+        if self.grace and w.id in self.state.stopping_for:
+            return False  # waiting for its victims' GPUs: no reservation either
         if w.gpus_per_host >= self.capacity.max_gpus and self.book.note(w):
             self.to_reserve.append(w)
         return False
@@ -409,6 +420,12 @@ class Cycle:
         #    bound says no set of victims can be enough (due holders skip both:
         #    their hosts are theirs).
         commitment = w.gpus * w.min_runtime_s
+        if self.grace and w.id in self.state.stopping_for:
+            # Its victims of an earlier cycle are still stopping: it waits for their
+            # GPUs rather than taking more victims.
+            if self.trace is not None:
+                self.trace[w.id] = Outcome("blocked", "victims_stopping")
+            return False
         if not self.victims().size or (budgeted and (self.searches_left <= 0
                                                      or self.dominated(w, commitment))):
             return False
@@ -424,10 +441,20 @@ class Cycle:
             return False
         victim_ids = []
         freed = 0
+        self.held_back = False
         for v, reason in plan.victims:
             self.stop(v.w, reason, by=w.id)
             victim_ids.append(v.w.id)
             freed += v.w.gpus
+        if self.held_back:
+            # Some victim keeps its GPUs through its grace: ``w`` starts at a later
+            # cycle, when they are released (it is committed now, as if started,
+            # so its allocation does not take a second round of victims).
+            self.held_back = False
+            if self.trace is not None:
+                self.trace[w.id] = Outcome("blocked", "victims_stopping",
+                                           victims=tuple(victim_ids))
+            return True
         self.start(w, plan.hosts, victims=tuple(victim_ids),
                    how="reservation" if not budgeted else "preempted")
         if freed > w.gpus:
@@ -1003,8 +1030,11 @@ class Cycle:
         self.gone.add(w.id)
         if w.allocated and self._guarantees is not None:
             self._guarantees.give(w.budget, w.gpus)
-        for h, g in w.placement:
-            self.capacity.give(h, g)
+        if self.grace and self.state.grace_of(w.id):
+            self.held_back = True  # its GPUs stay taken until it stops (State.stopping)
+        else:
+            for h, g in w.placement:
+                self.capacity.give(h, g)
         self.emit.preempted(w.id, reason, by, requeued=w.resumable)
 
 
