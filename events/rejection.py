@@ -36,3 +36,6 @@ class InputReason:
     BAD_POLICY = "bad_policy"
     TOO_MANY_HOSTS = "too_many_hosts"
     FUTURE_TIME = "future_time"
+    BAD_PRINCIPAL = "bad_principal"
+    UNKNOWN_PRINCIPAL = "unknown_principal"
+    KEY_IN_USE = "key_in_use"

@@ -39,11 +39,12 @@ from events import PolicyConfigured
 from events.errors import AllotError
 from projections.budget_tree import BudgetTree
 from projections.cluster import OK, ClusterProjection, Host
+from projections.principals import PrincipalRegistry
 from projections.usage import LeafUsage, UsageProjection
 from projections.workloads import PENDING, RUNNING, Workload, WorkloadsProjection
 from scheduler.state import State
 
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3
 MAGIC = "allot-snapshot"
 
 _encoder = msgspec.msgpack.Encoder()
@@ -60,6 +61,14 @@ def _v1_to_v2(body: dict[str, Any]) -> dict[str, Any]:
 
 
 UPCASTERS[1] = _v1_to_v2
+
+
+def _v2_to_v3(body: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 adds the principal registry ("principals"); before it, there was none."""
+    return {**body, "v": 3, "principals": []}
+
+
+UPCASTERS[2] = _v2_to_v3
 
 
 class SnapshotError(AllotError):
@@ -130,6 +139,8 @@ def _snapshot(state: State) -> bytes:
         "reservations": [[w, list(hosts), until, since]
                          for w, (hosts, until, since) in state.reservations.items()],
         "last_preemption": [[w, r, by, at] for w, (r, by, at) in state.last_preemption.items()],
+        # Signers, keys and roles (events.principal); [] while identity is not configured.
+        "principals": state.principals.rows() if len(state.principals) else [],
     }
     return _encoder.encode(body)
 
@@ -196,6 +207,7 @@ def _restore(b: dict[str, Any]) -> State:
     state.reservations = {w: (tuple(hosts), until, since)
                           for w, hosts, until, since in b["reservations"]}
     state.last_preemption = {w: (r, by, at) for w, r, by, at in b["last_preemption"]}
+    state.principals = PrincipalRegistry.from_rows(b["principals"])
     return state
 
 

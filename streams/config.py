@@ -74,19 +74,28 @@ class WorkerSettings:
         "virtual time continues from the cluster's last tick at this speed (demos, tests).",
         1.0)
     tick_key: str = _doc(
-        "The secret only the ticker and the workers share (HMAC-SHA256 of each tick). Every "
-        "worker of a group needs the same one; empty: a random key per process (a single "
-        "worker only). Prefer `tick_key_file` or `ALLOT_TICK_KEY` to a flag.", "")
+        "The ticker's private key, shared by the workers of a group only (each tick is signed "
+        "with Ed25519 under it: a 64-hex seed, or any secret hashed to one). Every worker of a "
+        "group needs the same one; empty: a random key per process (a single worker only). "
+        "Prefer `tick_key_file` or `ALLOT_TICK_KEY` to a flag.", "")
     tick_key_file: str = _doc("A file holding `tick_key` (its first line).", "")
     ticker_principal: str = _doc(
         "The signer name (and `actor`) of ticks. A tick signed by anyone else is dead-lettered.",
         "allot.ticker")
     keyring_file: str = _doc(
-        "A TOML file `[keys]` principal = \"secret\": producers whose records are signed. A "
+        "A TOML file `[keys]` principal = \"<Ed25519 public key, 64 hex>\": configured signers "
+        "(principals registered on the log need no entry). A "
         "signed record must name its signer as the event's `actor`.", "")
     require_signatures: bool = _doc(
-        "Dead-letter every unsigned input (`unsigned`), so `actor` is always authenticated.",
-        False)
+        "Dead-letter every unsigned input (`unauthenticated`), so `actor` is always "
+        "authenticated, and authorise every input by its signer's roles (docs/events.md, "
+        "\"Who may send what\").", False)
+    admin_principal: str = _doc(
+        "The first admin: its signed inputs hold the `admin` role from the start, so it "
+        "registers the other principals (no bootstrap race). Its public key: "
+        "`admin_public_key` or the keyring.", "")
+    admin_public_key: str = _doc(
+        "The first admin's Ed25519 public key, 64 hex (`allot keys create` prints it).", "")
     nudge: bool = _doc(
         "After journaling inputs that can change the schedule, publish an immediate signed "
         "tick (a nudge) instead of waiting up to a tick interval.", True)
@@ -226,6 +235,13 @@ def _check(s: WorkerSettings) -> WorkerSettings:
                                   "never every interface")
     if not s.ticker_principal:
         raise bad("ticker_principal", "must not be empty")
+    if s.admin_public_key:
+        from identity.keys import KeyError_, public_from_hex
+
+        try:
+            public_from_hex(s.admin_public_key)
+        except KeyError_ as exc:
+            raise bad("admin_public_key", str(exc)) from None
     return s
 
 

@@ -47,6 +47,7 @@ import native
 from events import ClockTicked, Event, encode, tag_of
 from events.errors import AllotError
 from events.limits import MAX_RECORD_BYTES
+from identity.keys import public_from_hex, public_of
 from scheduler import Engine
 from streams import logs, processor, snapshots, topics
 from streams.config import WorkerSettings
@@ -68,7 +69,6 @@ from streams.records import (
     journal_headers,
     topic,
 )
-from identity.keys import public_of
 from streams.signing import Keyring, signature_headers
 from streams.ticker import VirtualClock, make_tick, nudge_id
 
@@ -147,6 +147,10 @@ class Worker:
         self.key = key
         keyring = Keyring.from_file(settings.keyring_file) if settings.keyring_file else Keyring()
         self.keyring = keyring.with_key(settings.ticker_principal, public_of(key))
+        if settings.admin_principal and settings.admin_public_key:
+            # The first admin's key comes from configuration: nobody can register first.
+            self.keyring = self.keyring.with_key(settings.admin_principal,
+                                                 public_from_hex(settings.admin_public_key))
         self.clock = VirtualClock(settings.time_scale)
         self.partitions = 0
         self.owned: dict[int, PartitionState] = {}
@@ -215,7 +219,8 @@ class Worker:
         self._processor = Processor(
             clusters=s.clusters, partition_of=self.partition_of, keyring=self.keyring,
             ticker_principal=s.ticker_principal, require_signatures=s.require_signatures,
-            worker=self.name, max_bytes=MAX_RECORD_BYTES)
+            worker=self.name, max_bytes=MAX_RECORD_BYTES,
+            admins=(s.admin_principal,) if s.admin_principal else ())
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=s.bootstrap, group_id=s.group,
             group_instance_id=s.instance_id or None, enable_auto_commit=False,

@@ -7,6 +7,7 @@ import pytest
 from events import ClockTicked, Event, WorkloadStarted, encode
 from events.factory import Inputs
 from events.limits import MAX_RECORD_BYTES
+from identity.keys import public_of
 from scheduler import Engine
 from streams import processor
 from streams.processor import Accepted, Dead, InboxRecord, PartitionFold, Processor, Skipped
@@ -18,7 +19,6 @@ from streams.records import (
     JournalRecord,
     encode_claim,
 )
-from identity.keys import public_of
 from streams.signing import Keyring, sign_headers
 from streams.ticker import make_tick
 
@@ -104,7 +104,8 @@ def test_an_input_signed_by_its_actor_is_accepted() -> None:
 
 def test_require_signatures_dead_letters_unsigned_inputs() -> None:
     out = make(require_signatures=True).handle(rec(encode(SUBMIT)), {})
-    assert isinstance(out, Dead) and out.letter.reason == "unsigned"
+    assert isinstance(out, Dead) and out.letter.reason == "unauthenticated" \
+        and out.letter.detail.startswith("unsigned")
 
 
 def test_a_repeated_id_is_skipped() -> None:
