@@ -125,6 +125,10 @@ class WorkerSettings:
         "Address of `/healthz` and `/metrics`. Loopback unless a container publishes it.",
         "127.0.0.1")
     metrics_port: int = _doc("Port of `/healthz` and `/metrics`; 0 picks a free one, -1 off.", -1)
+    metrics_non_loopback: bool = _doc(
+        "Allow `metrics_host` to be an address that is not loopback (a container that publishes "
+        "the port). Off: the host is resolved and every address it names must be loopback.",
+        False)
     log_format: str = _doc(
         "`json` (production), `console` (readable) or `auto` (console on a terminal).", "auto")
     log_level: str = _doc("`debug`, `info`, `warning` or `error`.", "info")
@@ -233,6 +237,11 @@ def _check(s: WorkerSettings) -> WorkerSettings:
     if s.metrics_host in ("0.0.0.0", "::", ""):
         raise bad("metrics_host", "must be a specific address (loopback by default), "
                                   "never every interface")
+    if not s.metrics_non_loopback:
+        problem = loopback_problem(s.metrics_host)
+        if problem is not None:
+            raise bad("metrics_host", problem + "; set metrics_non_loopback to serve "
+                                                "another address")
     if not s.ticker_principal:
         raise bad("ticker_principal", "must not be empty")
     if s.admin_public_key:
@@ -243,6 +252,34 @@ def _check(s: WorkerSettings) -> WorkerSettings:
         except KeyError_ as exc:
             raise bad("admin_public_key", str(exc)) from None
     return s
+
+
+def loopback_problem(host: str) -> str | None:
+    """None when every address ``host`` resolves to is loopback, else why not.
+
+    A string check is not enough: ``0`` binds every interface, a name may
+    resolve anywhere. So the host is resolved (``socket.getaddrinfo``) and each
+    address must be a loopback one (127.0.0.0/8, ::1).
+    """
+    import ipaddress
+
+    if not host or not host.strip():
+        return "an empty host binds every interface"
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        return f"{host!r} does not resolve ({exc})"
+    if not infos:
+        return f"{host!r} resolves to no address"
+    for info in infos:
+        addr = str(info[4][0]).split("%")[0]
+        try:
+            ip = ipaddress.ip_address(addr)
+        except ValueError:
+            return f"{host!r} resolves to {addr!r}, not an IP address"
+        if not ip.is_loopback:
+            return f"{host!r} resolves to {addr}, which is not a loopback address"
+    return None
 
 
 def _build(values: Mapping[str, Any], source: str) -> WorkerSettings:

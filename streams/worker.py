@@ -250,7 +250,8 @@ class Worker:
             routes = http_routes(self.state_api, on_loop)
             self._server = MetricsServer(self.metrics, s.metrics_host, s.metrics_port,
                                          health=self._health, state=state,
-                                         ready=self._readiness, routes=routes).start()
+                                         ready=self._readiness, routes=routes,
+                                         non_loopback=s.metrics_non_loopback).start()
             self.log.info("metrics.listening", address=f"{s.metrics_host}:{self.metrics_address[1]}"
                           if self.metrics_address else None)
         self.log.info("worker.started", bootstrap=s.bootstrap, group=s.group,
@@ -328,7 +329,8 @@ class Worker:
         """
         async with self._lock:
             return {str(p): {"journal_offset": st.own.last, "claim_offset": st.claim_offset,
-                             "token": st.token, "next_inbox_offset": st.next_offset,
+                             # Never the claim token: the journal's fence trusts it.
+                             "next_inbox_offset": st.next_offset,
                              "clusters": {c: {"fingerprint": e.state.fingerprint(),
                                               "now": e.state.now, "position": e.state.position}
                                           for c, e in sorted(st.engines.items())}}
