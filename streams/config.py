@@ -89,7 +89,11 @@ class WorkerSettings:
     require_signatures: bool = _doc(
         "Dead-letter every unsigned input (`unauthenticated`), so `actor` is always "
         "authenticated, and authorise every input by its signer's roles (docs/events.md, "
-        "\"Who may send what\").", False)
+        "\"Who may send what\"). On by default; off only with `insecure_dev`.", True)
+    insecure_dev: bool = _doc(
+        "Development only: accept unsigned inputs and check no roles (`actor` is then a "
+        "claim anyone can forge). Said loudly at start, in the log, on `/healthz` and `/state`.",
+        False)
     admin_principal: str = _doc(
         "The first admin: its signed inputs hold the `admin` role from the start, so it "
         "registers the other principals (no bootstrap race). Its public key: "
@@ -139,6 +143,11 @@ class WorkerSettings:
     fault_stop_after_sends: int = _doc(
         "Test hook: like `fault_kill_after_sends`, but the process stops itself with SIGSTOP "
         "(once), so a test can resume it after another worker took over (0: off).", 0)
+
+    @property
+    def insecure(self) -> bool:
+        """True when inputs need no signature (``insecure_dev``, or ``require_signatures`` off)."""
+        return self.insecure_dev or not self.require_signatures
 
     @property
     def name(self) -> str:

@@ -169,8 +169,10 @@ class Stack:
     def __init__(self, settings: WorkerSettings, *, embedded: bool, log_dir: Path,
                  executor: bool = True, projections_port: int | None = None,
                  executor_args: list[str] | None = None,
-                 archive_dir: Path | None = None) -> None:
+                 archive_dir: Path | None = None, keychain: Any = None) -> None:
         self.settings = settings
+        # identity.local.Keychain: the keys this stack signs with (None: insecure_dev).
+        self.keychain = keychain
         # Where the journal is archived (archive/), and restored from on start: the history
         # that outlives the memory-only embedded broker. None: no archive.
         self.archive_dir = archive_dir
@@ -205,6 +207,8 @@ class Stack:
                 self.settings = s = s.replace(tick_key=secrets.token_hex(16))
             asyncio.run(ensure_topics(s.bootstrap, s.topic_prefix, s.partitions,
                                       s.replication_factor))
+            if not s.insecure:
+                self.settings = s = self._identity(s)
             env = child_env(s)
             if self.archive_dir is not None:
                 # Before the worker starts: it folds the journal it finds, so it must find
@@ -230,6 +234,37 @@ class Stack:
             self.stop()
             raise
         return self
+
+    def _identity(self, s: WorkerSettings) -> WorkerSettings:
+        """Keys for this stack's own signers, the first admin in the settings, registrations.
+
+        Signatures are on by default, so the stack signs everything it sends: the
+        executor with its key file, the command line with the local user's (see
+        ``identity.bootstrap``). The registrations go to the inbox before the
+        worker starts, so they are the first inputs it takes.
+        """
+        import asyncio
+
+        from identity.bootstrap import ADMIN, EXECUTOR, local_registrations
+        from identity.local import Keychain
+        from streams.client import Client
+        from streams.commands import default_actor
+
+        kc = self.keychain = self.keychain if self.keychain is not None else Keychain()
+        kc.ensure(ADMIN)
+        if not s.admin_principal:
+            s = s.replace(admin_principal=ADMIN, admin_public_key=kc.public_hex(ADMIN))
+        regs = local_registrations(kc, s.clusters, default_actor())
+        if self.with_executor and "--key-file" not in self.executor_args:
+            self.executor_args = [*self.executor_args, "--key-file", str(kc.path(EXECUTOR))]
+
+        async def publish() -> None:
+            async with Client(s.bootstrap, s.topic_prefix, keychain=kc,
+                              client_id="allot-up") as c:
+                await c.publish_many(list(regs))
+
+        asyncio.run(publish())
+        return s
 
     def dead(self) -> list[Child]:
         """Children that exited on their own."""
@@ -299,6 +334,9 @@ def register(subparsers: Any, auditor: Any = None) -> None:
     p.add_argument("--log-dir", type=Path, default=Path("out/up"),
                    help="where the processes write their logs (default out/up)")
     p.add_argument("--no-executor", action="store_true", help="do not run the simulated executor")
+    p.add_argument("--insecure-dev", dest="insecure_dev", action="store_const", const=True,
+                   default=None,
+                   help="DEVELOPMENT ONLY: no keys, unsigned inputs accepted, no role checked")
     p.add_argument("--archive", type=Path, default=None, metavar="DIR",
                    help="archive the journal into DIR and restore it from there on start, so "
                         "a restarted stack keeps its history (default LOG_DIR/archive; with "
@@ -363,6 +401,7 @@ def _run_up(args: Any, con: Any) -> int:
     from streams.broker import free_port
 
     flags: dict[str, Any] = {name: getattr(args, name) for name in UP_FLAGS}
+    flags["insecure_dev"] = getattr(args, "insecure_dev", None)
     scenario = None
     if args.demo:
         from simulator.scenario import load_scenario
@@ -423,6 +462,12 @@ def _run_up(args: Any, con: Any) -> int:
                       + (f"restored {r.records:,} journal records in {r.seconds:.1f} s"
                          if r is not None and r.records else "nothing to restore"))
         con.print("pids " + " ".join(f"{k}={v}" for k, v in stack.pids().items()))
+        if stack.keychain is not None:
+            con.print(f"signed: keys in {stack.keychain.dir}/ (0600); the command line signs "
+                      f"as --actor with its key there")
+        else:
+            con.print("[bold red]INSECURE DEVELOPMENT MODE[/]: unsigned inputs accepted, no "
+                      "role checked")
         if port is not None:
             con.print(f"usage projections and dashboard: http://{LOOPBACK}:{port}/")
         if scenario is not None:

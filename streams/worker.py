@@ -34,6 +34,7 @@ import contextlib
 import os
 import secrets
 import signal
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -88,6 +89,11 @@ class FoldError(AllotError):
 def partition_for(cluster: str, partitions: int) -> int:
     """The inbox partition of ``cluster``'s key: murmur2 like the Java client and aiokafka."""
     return (murmur2(cluster.encode()) & 0x7FFFFFFF) % partitions
+
+
+INSECURE_WARNING = ("INSECURE DEVELOPMENT MODE: unsigned inputs are accepted and no role is "
+                    "checked; anyone who can write to the inbox can act as anyone (drop "
+                    "--insecure-dev / require_signatures=false to require signatures)")
 
 
 class PartitionState:
@@ -218,7 +224,7 @@ class Worker:
         self._reader = reader(s.bootstrap, s.fold_fetch_wait_ms, f"allot-fold-{self.name}")
         self._processor = Processor(
             clusters=s.clusters, partition_of=self.partition_of, keyring=self.keyring,
-            ticker_principal=s.ticker_principal, require_signatures=s.require_signatures,
+            ticker_principal=s.ticker_principal, require_signatures=not s.insecure,
             worker=self.name, max_bytes=MAX_RECORD_BYTES,
             admins=(s.admin_principal,) if s.admin_principal else ())
         self._consumer = AIOKafkaConsumer(
@@ -236,7 +242,9 @@ class Worker:
             loop = asyncio.get_running_loop()
 
             def state() -> dict[str, Any]:
-                return asyncio.run_coroutine_threadsafe(self.state_report(), loop).result(10)
+                report = asyncio.run_coroutine_threadsafe(self.state_report(), loop).result(10)
+                # Every partition's entry says how its inputs are trusted (loud when not).
+                return {p: {**v, **self.security()} for p, v in report.items()}
 
             from streams.state_api import http_routes
 
@@ -254,6 +262,10 @@ class Worker:
                                          non_loopback=s.metrics_non_loopback).start()
             self.log.info("metrics.listening", address=f"{s.metrics_host}:{self.metrics_address[1]}"
                           if self.metrics_address else None)
+        if s.insecure:
+            # Loud on purpose: in this mode `actor` is a claim anyone can forge.
+            print(f"allot worker: WARNING: {INSECURE_WARNING}", file=sys.stderr, flush=True)
+            self.log.warning("worker.insecure_dev", detail=INSECURE_WARNING)
         self.log.info("worker.started", bootstrap=s.bootstrap, group=s.group,
                       partitions=self.partitions, clusters=list(s.clusters),
                       core=native.status().name)
@@ -347,7 +359,13 @@ class Worker:
 
     def _health(self) -> dict[str, Any]:
         return {"worker": self.name, "partitions": sorted(self.owned),
-                "clusters": sorted(self.owned_clusters())}
+                "clusters": sorted(self.owned_clusters()), **self.security()}
+
+    def security(self) -> dict[str, Any]:
+        """How inputs are trusted, for every status page (loud when they are not checked)."""
+        if self.settings.insecure:
+            return {"security": "INSECURE-DEV", "warning": INSECURE_WARNING}
+        return {"security": "signed"}
 
     # -- the group ---------------------------------------------------------------------------
 
