@@ -448,6 +448,14 @@ class PartitionFold:
             fold = self._folds[event.cluster] = JournalFold(new_engine(event.cluster))
         fold.add(event)
 
+    def engine_now(self, cluster: str) -> Engine | None:
+        """``cluster``'s engine with every group so far folded (the state a next input meets)."""
+        fold = self._folds.get(cluster)
+        if fold is None:
+            return None
+        fold.flush()
+        return fold.engine
+
     def finish(self, recover: bool = True) -> dict[str, list[Event]]:
         """Fold every cluster's last group; with ``recover``, the decisions the journal lacks.
 

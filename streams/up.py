@@ -204,7 +204,17 @@ class Stack:
             s = self.settings
             if not (s.tick_key or s.tick_key_file):
                 # One key for this stack's worker(s) and nobody else: only they can tick.
-                self.settings = s = s.replace(tick_key=secrets.token_hex(16))
+                if s.insecure:
+                    self.settings = s = s.replace(tick_key=secrets.token_hex(16))
+                else:
+                    # Kept in the key directory, so an auditor can check every tick of a
+                    # restored journal with one public key (allot keys list --toml).
+                    from identity.local import Keychain
+
+                    kc = self.keychain = self.keychain if self.keychain is not None \
+                        else Keychain()
+                    kc.ensure(s.ticker_principal)
+                    self.settings = s = s.replace(tick_key_file=str(kc.path(s.ticker_principal)))
             asyncio.run(ensure_topics(s.bootstrap, s.topic_prefix, s.partitions,
                                       s.replication_factor))
             if not s.insecure:

@@ -94,7 +94,7 @@ def worker_settings(bootstrap: str, prefix: str, clusters: tuple[str, ...], **kw
         heartbeat_interval_ms=1000, log_format="json", log_level="warning",
         snapshot_every_records=0, snapshot_every_s=0,
         # These tests publish unsigned inputs; the identity tests turn signatures on.
-        insecure_dev=True)
+        require_signatures=False)
     values.update(kw)
     return config.load(environ={}, flags=values)
 
