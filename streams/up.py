@@ -173,6 +173,7 @@ class Stack:
         self.settings = settings
         # identity.local.Keychain: the keys this stack signs with (None: insecure_dev).
         self.keychain = keychain
+        self._registrations: list[Any] = []
         # Where the journal is archived (archive/), and restored from on start: the history
         # that outlives the memory-only embedded broker. None: no archive.
         self.archive_dir = archive_dir
@@ -230,6 +231,9 @@ class Stack:
                 self.children.append(Child("archive", ["archive", "--dir", str(self.archive_dir),
                                                        "--flush-s", "1"], env,
                                            self.log_dir / "archive.log").start())
+            if self._registrations:
+                # After the restore (it needs an empty inbox), before the worker.
+                self._publish_registrations(s)
             self.children.append(Child("worker", ["worker"], env,
                                        self.log_dir / "worker.log").start())
             if self.with_executor:
@@ -253,28 +257,30 @@ class Stack:
         ``identity.bootstrap``). The registrations go to the inbox before the
         worker starts, so they are the first inputs it takes.
         """
-        import asyncio
-
         from identity.bootstrap import ADMIN, EXECUTOR, local_registrations
         from identity.local import Keychain
-        from streams.client import Client
         from streams.commands import default_actor
 
         kc = self.keychain = self.keychain if self.keychain is not None else Keychain()
         kc.ensure(ADMIN)
         if not s.admin_principal:
             s = s.replace(admin_principal=ADMIN, admin_public_key=kc.public_hex(ADMIN))
-        regs = local_registrations(kc, s.clusters, default_actor())
+        self._registrations = local_registrations(kc, s.clusters, default_actor())
         if self.with_executor and "--key-file" not in self.executor_args:
             self.executor_args = [*self.executor_args, "--key-file", str(kc.path(EXECUTOR))]
+        return s
+
+    def _publish_registrations(self, s: WorkerSettings) -> None:
+        import asyncio
+
+        from streams.client import Client
 
         async def publish() -> None:
-            async with Client(s.bootstrap, s.topic_prefix, keychain=kc,
+            async with Client(s.bootstrap, s.topic_prefix, keychain=self.keychain,
                               client_id="allot-up") as c:
-                await c.publish_many(list(regs))
+                await c.publish_many(list(self._registrations))
 
         asyncio.run(publish())
-        return s
 
     def dead(self) -> list[Child]:
         """Children that exited on their own."""
