@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import Any
 
 # Principal names: the id grammar without ':' (inputs' ids are '<principal>:...').
 PRINCIPAL_PATTERN = r"[A-Za-z0-9._@+=~-]{1,64}"
@@ -100,7 +101,7 @@ class PrincipalRegistry:
 
     # -- snapshots ----------------------------------------------------------------------
 
-    def rows(self) -> list[list[object]]:
+    def rows(self) -> list[Any]:
         """Plain rows for a snapshot (insertion order kept)."""
         return [
             [[p.name, list(p.roles), list(p.hosts), list(p.acts_for), p.key_id]
@@ -110,16 +111,19 @@ class PrincipalRegistry:
         ]
 
     @classmethod
-    def from_rows(cls, rows: list[list[object]]) -> PrincipalRegistry:
+    def from_rows(cls, rows: list[Any]) -> PrincipalRegistry:
         reg = cls()
         if not rows:
             return reg
-        principals, keys, retired = rows
-        for name, roles, hosts, acts_for, kid in principals:  # type: ignore[misc]
-            reg.principals[name] = Principal(name, tuple(roles), tuple(hosts), tuple(acts_for),
-                                             kid)
-        for kid, who, pub in keys:  # type: ignore[misc]
-            reg.keys[kid] = (who, pub)
-        for kid, why in retired:  # type: ignore[misc]
-            reg.retired[kid] = why
+        principals: list[Any] = rows[0]
+        keys: list[Any] = rows[1]
+        retired: list[Any] = rows[2]
+        for row in principals:
+            name = str(row[0])
+            reg.principals[name] = Principal(name, tuple(row[1]), tuple(row[2]), tuple(row[3]),
+                                             str(row[4]))
+        for row in keys:
+            reg.keys[str(row[0])] = (str(row[1]), str(row[2]))
+        for row in retired:
+            reg.retired[str(row[0])] = str(row[1])
         return reg
