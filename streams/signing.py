@@ -24,6 +24,7 @@ and these headers, so ``allot audit verify`` re-checks any journaled input.
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -138,7 +139,9 @@ class Registry(Protocol):
     def get(self, name: str) -> Any: ...
 
 
+@functools.lru_cache(maxsize=4096)
 def _public(hex_text: str) -> Ed25519PublicKey | None:
+    # Cached: a registered key is parsed once, not once per input it signs.
     try:
         return keys.public_from_hex(hex_text)
     except (keys.KeyError_, ValueError):
