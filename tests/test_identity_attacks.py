@@ -11,8 +11,13 @@ the same principals are taken.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -41,6 +46,7 @@ from tests.kafka import TICK_KEY, Live, get_state, unique_prefix, wait_until
 
 pytestmark = pytest.mark.kafka
 
+REPO = Path(__file__).resolve().parent.parent
 C = "id-att"
 ROOT = "root"
 
@@ -178,6 +184,34 @@ def test_legitimate_roles_are_taken(cl: Cluster) -> None:
                           shares=(ChildShare(child="alice", shares=3),)), "mgr")
     cl.ok(WorkloadFinished(**cl.env("exec0"), workload="wb"), "exec0")
     cl.ok(HostFaulted(**cl.env("mon"), host="h0", severity="degraded"), "mon")
+
+
+def test_a_record_signed_by_allot_sign_and_published_by_confluent_kafka_is_taken(
+        cl: Cluster, tmp_path: Path) -> None:
+    import confluent_kafka
+
+    keydir = tmp_path / "keys"
+    keydir.mkdir(mode=0o700)
+    (keydir / "bob.key").write_text(secret("bob") + "\n")
+    rec = tmp_path / "rec.json"
+    event = WorkloadSubmitted(**cl.env("bob"), workload="wb-kcat", budget="lab/t/bob",
+                              user="bob", gpus=1, min_runtime_s=0)
+    rec.write_bytes(encode(event))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
+    out = subprocess.run([sys.executable, "-m", "allot", "sign", str(rec), "--json",
+                          "--partitions", str(cl.live.partitions)], cwd=REPO,
+                         env={**env, "ALLOT_KEY_DIR": str(keydir)}, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    sig = json.loads(out.stdout)
+    assert sig["partition"] == cl.live.partition_of(C)
+    producer = confluent_kafka.Producer({"bootstrap.servers": cl.live.bootstrap,
+                                         "partitioner": "murmur2_random", "acks": "all"})
+    producer.produce(cl.live.inbox, rec.read_bytes(), key=sig["key"],
+                     headers=list(sig["headers"].items()))
+    assert producer.flush(30) == 0
+    wait_until(lambda: any(e.id == event.id for e in cl.events()), 30,
+               what="the record published by confluent-kafka")
 
 
 def test_a_revoked_key_is_refused_after_and_earlier_inputs_replay(cl: Cluster) -> None:
