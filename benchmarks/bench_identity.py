@@ -38,16 +38,13 @@ TARGET_US = 200.0  # per input, signed: well under the worker's ~700 us per inpu
 def _setup(n_principals: int) -> tuple[Engine, dict[str, bytes]]:
     engine = Engine(CLUSTER)
     secrets = {f"user{i}": f"bench-key-{i}".encode() for i in range(n_principals)}
-    seq = 0
-
     def fold(e: object) -> None:
         out = engine.process(e)  # type: ignore[arg-type]
         assert out is not None and not out, out
 
     fold(BudgetNodeDefined(id="admin:root", at=0, cluster=CLUSTER, actor="admin", path="lab",
                            managers=("admin",)))
-    for name, secret in secrets.items():
-        seq += 1
+    for seq, (name, secret) in enumerate(secrets.items(), 1):
         pub = keys.public_of(secret)
         fold(PrincipalRegistered(id=f"admin:reg-{seq}", at=0, cluster=CLUSTER, actor="admin",
                                  principal=name, public_key=keys.public_hex(pub),
