@@ -11,9 +11,9 @@ provider: it creates (or reuses) keys in the local key directory
 - ``allot.executor``: the simulated executor, for every host;
 
 and publishes their ``principal.registered`` events, signed by ``admin``,
-before the worker starts. Their ids and bytes are fixed (``at`` 0, the key id
-in the id), so a restarted stack publishes exact copies, which the worker
-drops as duplicates or takes as the same registration again.
+before the worker starts. Their ids are fixed (the key id in the id), so a
+restarted stack's copies are dropped as duplicates within the dedupe window,
+and taken as the same registration again (changing nothing) after it.
 """
 
 from __future__ import annotations
@@ -31,12 +31,17 @@ ADMIN_ROLES = (Role.ADMIN, Role.OPERATOR, Role.MANAGER)
 
 def registration(keychain: Keychain, cluster: str, principal: str, roles: Iterable[str],
                  hosts: Iterable[str] = (), acts_for: Iterable[str] = (),
-                 by: str = ADMIN, at: int = 0, source: str = "allot-up") -> PrincipalRegistered:
+                 by: str = ADMIN, at: int | None = None,
+                 source: str = "allot-up") -> PrincipalRegistered:
     """``principal.registered`` for ``principal``'s local key (created if missing), by ``by``."""
     keychain.ensure(principal)
     pub = keychain.public_hex(principal)
     kid = keychain.key_id(principal)
     assert pub is not None and kid is not None
+    if at is None:
+        import time
+
+        at = int(time.time())  # never older than the dedupe window (the worker refuses stale)
     return PrincipalRegistered(id=f"{by}:register-{principal}-{kid}", at=at, cluster=cluster,
                                actor=by, source=source, principal=principal, public_key=pub,
                                key_id=kid, roles=tuple(roles), hosts=tuple(hosts),

@@ -128,6 +128,7 @@ UNAUTHENTICATED = authorisation.UNAUTHENTICATED
 REVOKED = authorisation.REVOKED
 NOT_AUTHORISED = authorisation.NOT_AUTHORISED
 FOREIGN_ID = "foreign_id"
+STALE = "stale"
 
 REASONS: dict[str, str] = {
     MALFORMED: "the bytes are not a valid allot event (the detail names the JSON path)",
@@ -150,6 +151,7 @@ REASONS: dict[str, str] = {
     NOT_AUTHORISED: "the signer's roles do not allow this input (docs/events.md, "
                     "\"Who may send what\")",
     FOREIGN_ID: "a signed input whose id does not begin with `<signer>:` (ids are per signer)",
+    STALE: "a signed input whose `at` is older than the dedupe window (a replayed record)",
     NOT_AN_INPUT: "a decision type (derived by the scheduler) sent as an input",
     HAS_CAUSE: "an input with `cause` set (only decisions have one)",
     BAD_ID: f"an id that is not {INPUT_ID_PATTERN} in full",
@@ -242,7 +244,7 @@ class Processor:
                  keyring: signing.Keyring, ticker_principal: str,
                  require_signatures: bool = False, worker: str = "",
                  max_bytes: int = MAX_RECORD_BYTES, admins: Iterable[str] = (),
-                 authorise: bool | None = None) -> None:
+                 authorise: bool | None = None, replay_window: bool = True) -> None:
         self.clusters = frozenset(clusters)
         self.partition_of = partition_of
         self.keyring = keyring
@@ -254,6 +256,8 @@ class Processor:
         self.admins = frozenset(admins)
         # Check every signed input's role (identity.authorisation); on with signatures.
         self.authorise = require_signatures if authorise is None else authorise
+        # Refuse signed inputs older than the dedupe window (``stale``): replayed records.
+        self.replay_window = replay_window
 
     def dead(self, record: InboxRecord, reason: str, detail: str) -> Dead:
         """The dead letter for ``record``: deterministic id, so a retry writes an exact copy."""
@@ -321,6 +325,14 @@ class Processor:
                 return self.dead(record, FOREIGN_ID,
                                  f"id {event.id[:80]!r} must begin with '{signer}:'")
             state = engine.state if engine is not None else new_engine(cluster).state
+            # A signed record replayed after its id left the dedupe window would be taken
+            # again (the signature still holds): refuse records older than the window.
+            horizon = state.now - max(state.policy.dedupe_window_s, state.policy.clock_skew_s)
+            if self.replay_window and state.now > 0 and event.at < horizon:
+                return self.dead(record, STALE,
+                                 f"at={event.at} is older than the dedupe window allows "
+                                 f"(before {horizon}): a replayed record, or a producer clock "
+                                 f"far behind")
             refusal = authorisation.authorise(state, event, signer, admins=self.admins,
                                               ticker=self.ticker_principal)
             if refusal is not None:

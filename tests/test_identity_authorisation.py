@@ -345,3 +345,18 @@ def accepted_or_rejected(out: Any) -> str | None:
     assert isinstance(out, Accepted), out
     rej = [d for d in out.derived if tag_of(type(d)).endswith("rejected")]
     return rej[0].reason if rej else None  # type: ignore[attr-defined]
+
+
+def test_a_replayed_old_signed_record_is_dropped_or_refused_never_taken_twice(live: Live) -> None:
+    edit = BudgetSharesSet(**env("mgr"), parent="lab/t", shares=(ChildShare(child="a", shares=7),))
+    value = encode(edit)
+    headers = sign_headers(value, "mgr", secret("mgr"))
+    accepted(live.send_raw(value, headers))
+    # Within the dedupe window the replayed bytes are a duplicate: nothing journaled.
+    assert isinstance(live.send_raw(value, headers), Skipped)
+    accepted(live.send(BudgetSharesSet(**env("mgr"), parent="lab/t",
+                                       shares=(ChildShare(child="a", shares=2),)), "mgr"))
+    # Two days later the id is forgotten, but the record is too old to be taken again.
+    live.tick(2 * 86_400)
+    assert "older than the dedupe window" in dead(live.send_raw(value, headers), "stale")
+    assert live.engines[C].state.budget.nodes["lab/t/a"].shares == 2
