@@ -94,6 +94,11 @@ class WorkerSettings:
         "Development only: accept unsigned inputs and check no roles (`actor` is then a "
         "claim anyone can forge). Said loudly at start, in the log, on `/healthz` and `/state`.",
         False)
+    journal_seals: bool = _doc(
+        "Seal every journal record this worker writes (Ed25519 under `tick_key`), and on a "
+        "fold refuse any record whose seal does not verify, or an unsealed one after sealed "
+        "ones (`fold.forged`): forged journal records move neither the state, the fence nor "
+        "the inbox position.", True)
     admin_principal: str = _doc(
         "The first admin: its signed inputs hold the `admin` role from the start, so it "
         "registers the other principals (no bootstrap race). Its public key: "

@@ -395,6 +395,7 @@ class FoldStats(msgspec.Struct, kw_only=True):
     duplicates: int = 0     # inputs or decisions whose id was already folded
     refused: int = 0        # inputs the engine refuses (allot never journals them)
     orphans: int = 0        # decisions outside their input's group
+    forged: int = 0         # records whose seal does not verify, or unsealed after sealed ones
 
 
 class PartitionFold:
@@ -411,8 +412,12 @@ class PartitionFold:
 
     def __init__(self, partition: int, engines: dict[str, Engine] | None = None,
                  fence: Fence | None = None, last_inbox_offset: int = -1,
-                 on_anomaly: Callable[[str, JournalRecord, str], None] | None = None) -> None:
+                 on_anomaly: Callable[[str, JournalRecord, str], None] | None = None,
+                 seal_check: Callable[..., bool] | None = None) -> None:
         self.partition = partition
+        # identity.journal_seal.SealCheck: refuse records no worker sealed (None: no check).
+        self.seal_check = seal_check
+        self.sealed = False  # a sealed record was seen: from here on every record must be
         self.fence = fence if fence is not None else Fence()
         self.last_inbox_offset = last_inbox_offset
         self.last_offset = -1      # the last journal offset added
@@ -434,6 +439,11 @@ class PartitionFold:
         st = self.stats
         st.records += 1
         self.last_offset = record.offset
+        if self.seal_check is not None and not self._seal_ok(record):
+            # Before the fence: a forged claim must not move it, nor a forged input the
+            # inbox position.
+            st.forged += 1
+            return
         if record.kind == KIND_CLAIM:
             st.claims += 1
         if not self.fence.admit(record):
@@ -467,6 +477,23 @@ class PartitionFold:
             return None
         fold.flush()
         return fold.engine
+
+    def _seal_ok(self, record: JournalRecord) -> bool:
+        check = self.seal_check
+        assert check is not None
+        if record.seal is None:
+            if self.sealed:
+                self._anomaly("forged", record, "an unsealed record after sealed ones: no "
+                                                "worker wrote it")
+                return False
+            return True  # a journal from before seals
+        if not check(record.partition, record.kind, record.owner, record.inbox_offset,
+                     record.value, record.seal):
+            self._anomaly("forged", record, "its seal does not verify: no worker of this "
+                                            "group wrote it")
+            return False
+        self.sealed = True
+        return True
 
     def finish(self, recover: bool = True) -> dict[str, list[Event]]:
         """Fold every cluster's last group; with ``recover``, the decisions the journal lacks.

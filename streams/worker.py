@@ -48,6 +48,7 @@ import native
 from events import ClockTicked, Event, encode, tag_of
 from events.errors import AllotError
 from events.limits import MAX_RECORD_BYTES
+from identity.journal_seal import SealCheck, seal
 from identity.keys import public_from_hex, public_of
 from scheduler import Engine
 from streams import logs, processor, snapshots, topics
@@ -57,6 +58,9 @@ from streams.metrics import MetricsServer, WorkerMetrics
 from streams.processor import Accepted, Dead, InboxRecord, PartitionFold, Processor, Skipped
 from streams.records import (
     DEADLETTER,
+    HEADER_INBOX_OFFSET,
+    HEADER_KIND,
+    HEADER_OWNER,
     INBOX,
     JOURNAL,
     KIND_CLAIM,
@@ -157,6 +161,8 @@ class Worker:
             # The first admin's key comes from configuration: nobody can register first.
             self.keyring = self.keyring.with_key(settings.admin_principal,
                                                  public_from_hex(settings.admin_public_key))
+        # Seals on every journal record this worker writes, checked on every fold.
+        self._seal_check = SealCheck(public_of(key)) if settings.journal_seals else None
         self.clock = VirtualClock(settings.time_scale)
         self.partitions = 0
         self.owned: dict[int, PartitionState] = {}
@@ -360,6 +366,16 @@ class Worker:
         return {"ready": ready, "worker": self.name, "partitions": sorted(self.owned),
                 "clusters": sorted(owned), "unticked": unticked}
 
+    def _sealed(self, p: int, value: bytes,
+                headers: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+        """``headers`` with this worker's seal of the record (identity.journal_seal)."""
+        if self._seal_check is None:
+            return headers
+        h = dict(headers)
+        inbox = h.get(HEADER_INBOX_OFFSET)
+        return [*headers, seal(self.key, p, h[HEADER_KIND].decode(), h[HEADER_OWNER].decode(),
+                               int(inbox) if inbox is not None else None, value)]
+
     def _health(self) -> dict[str, Any]:
         return {"worker": self.name, "partitions": sorted(self.owned),
                 "clusters": sorted(self.owned_clusters()), **self.security()}
@@ -438,7 +454,7 @@ class Worker:
         claim = Claim(token=token, worker=self.name, partition=p, at=time.time())
         md = await self._producer.send_and_wait(
             self.journal, encode_claim(claim), key=b"claim", partition=p,
-            headers=journal_headers(KIND_CLAIM, token))
+            headers=self._sealed(p, encode_claim(claim), journal_headers(KIND_CLAIM, token)))
         claim_offset = int(md.offset)
 
         def rejected(m: snapshots.Manifest, why: str) -> None:
@@ -462,10 +478,12 @@ class Worker:
             m = restored.manifest
             fold = PartitionFold(p, engines=restored.engines, fence=restored.fence,
                                  last_inbox_offset=m.inbox_offset,
-                                 on_anomaly=self._anomaly_logger(log))
+                                 on_anomaly=self._anomaly_logger(log),
+                                 seal_check=self._seal_check)
             start = m.journal_offset + 1
         else:
-            fold = PartitionFold(p, on_anomaly=self._anomaly_logger(log))
+            fold = PartitionFold(p, on_anomaly=self._anomaly_logger(log),
+                                 seal_check=self._seal_check)
             start = 0
         t_snap = time.perf_counter()
         async for batch in read_until(self._reader, self.journal, p, start, claim_offset,
@@ -488,9 +506,10 @@ class Worker:
             futs = []
             for cluster, decisions in missing.items():
                 for d in decisions:
+                    value = encode(d)
                     futs.append(await self._producer.send(
-                        self.journal, encode(d), key=cluster.encode(), partition=p,
-                        headers=journal_headers(KIND_DECISION, token)))
+                        self.journal, value, key=cluster.encode(), partition=p,
+                        headers=self._sealed(p, value, journal_headers(KIND_DECISION, token))))
                 log.info("journal.recovered", cluster=cluster, decisions=[d.id for d in decisions])
             st.own.wrote([(await f).offset for f in futs])
         for c in self.settings.clusters:
@@ -548,13 +567,16 @@ class Worker:
         if not isinstance(outcome, Accepted):
             self.log.warning("clock.first_tick_refused", cluster=cluster)
             return
-        futs = [await self._producer.send(self.journal, outcome.value, key=cluster.encode(),
-                                          partition=st.partition,
-                                          headers=journal_headers(KIND_INPUT, st.token))]
+        futs = [await self._producer.send(
+            self.journal, outcome.value, key=cluster.encode(), partition=st.partition,
+            headers=self._sealed(st.partition, outcome.value,
+                                 journal_headers(KIND_INPUT, st.token)))]
         for d in outcome.derived:
-            futs.append(await self._producer.send(self.journal, encode(d), key=cluster.encode(),
-                                                  partition=st.partition,
-                                                  headers=journal_headers(KIND_DECISION, st.token)))
+            value = encode(d)
+            futs.append(await self._producer.send(
+                self.journal, value, key=cluster.encode(), partition=st.partition,
+                headers=self._sealed(st.partition, value,
+                                     journal_headers(KIND_DECISION, st.token))))
         st.own.wrote([int((await f).offset) for f in futs])
 
     def _anomaly_logger(self, log: Any) -> Callable[[str, Any, str], None]:
@@ -725,7 +747,8 @@ class Worker:
                 lst = futs.setdefault(p, [])
                 for i, (cluster, value, headers) in enumerate(records):
                     lst.append(await producer.send(self.journal, value, key=cluster.encode(),
-                                                   partition=p, headers=headers))
+                                                   partition=p,
+                                                   headers=self._sealed(p, value, headers)))
                     self._sends += 1
                     mid_group = i + 1 < len(records) \
                         and records[i + 1][2][0][1] == KIND_DECISION.encode()
