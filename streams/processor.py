@@ -490,7 +490,9 @@ class PartitionFold:
         if not check(record.partition, record.kind, record.owner, record.inbox_offset,
                      record.value, record.seal):
             self._anomaly("forged", record, "its seal does not verify: no worker of this "
-                                            "group wrote it")
+                                            "group wrote it (or tick_key changed since: the "
+                                            "journal must be folded with the key that sealed "
+                                            "it)")
             return False
         self.sealed = True
         return True

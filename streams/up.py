@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -205,17 +204,16 @@ class Stack:
             s = self.settings
             if not (s.tick_key or s.tick_key_file):
                 # One key for this stack's worker(s) and nobody else: only they can tick.
-                if s.insecure:
-                    self.settings = s = s.replace(tick_key=secrets.token_hex(16))
-                else:
-                    # Kept in the key directory, so an auditor can check every tick of a
-                    # restored journal with one public key (allot keys list --toml).
-                    from identity.local import Keychain
+                # Kept in the key directory (in --insecure-dev too): the journal's seals
+                # are made with it, so a restarted stack must fold its restored journal with
+                # the same key; and an auditor checks every tick with one public key.
+                from identity.local import Keychain
 
-                    kc = self.keychain = self.keychain if self.keychain is not None \
-                        else Keychain()
-                    kc.ensure(s.ticker_principal)
-                    self.settings = s = s.replace(tick_key_file=str(kc.path(s.ticker_principal)))
+                kc = Keychain() if self.keychain is None else self.keychain
+                if not s.insecure:
+                    self.keychain = kc
+                kc.ensure(s.ticker_principal)
+                self.settings = s = s.replace(tick_key_file=str(kc.path(s.ticker_principal)))
             asyncio.run(ensure_topics(s.bootstrap, s.topic_prefix, s.partitions,
                                       s.replication_factor))
             if not s.insecure:
