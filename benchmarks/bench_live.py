@@ -158,7 +158,8 @@ class Signing:
         for i, (name, roles) in enumerate(sorted(actors.items())):
             pub = self.keys.public_of(self.secret(name))
             out.append(PrincipalRegistered(
-                id=f"{self.ADMIN}:reg-{i}", at=0, cluster=cluster, actor=self.ADMIN,
+                id=f"{self.ADMIN}:reg-{i}", at=int(time.time()), cluster=cluster,
+                actor=self.ADMIN,
                 source="bench", principal=name, public_key=self.keys.public_hex(pub),
                 key_id=self.keys.key_id(pub), roles=roles, hosts=("*",)))
         return out
@@ -312,7 +313,8 @@ async def bench_broker(bootstrap: str, n: int = 100_000) -> dict[str, float]:
 # -- throughput ------------------------------------------------------------------------------
 
 
-async def bench_throughput(bootstrap: str, n: int, signed: bool = False) -> dict[str, float]:
+async def bench_throughput(bootstrap: str, n: int, signed: bool = False,
+                           seals: bool = True) -> dict[str, float]:
     prefix = f"t{'s' if signed else ''}{int(time.time())}."
     cluster = "thr"
     p_idx = partition_for(cluster, PARTITIONS)
@@ -320,7 +322,7 @@ async def bench_throughput(bootstrap: str, n: int, signed: bool = False) -> dict
     sig = Signing() if signed else None
     w = WorkerProc("throughput" + ("-signed" if signed else ""),
                    settings_for(bootstrap, prefix, (cluster,), snapshot_every_records=0,
-                                **(sig.settings() if sig else {})))
+                                journal_seals=seals, **(sig.settings() if sig else {})))
     j = await Journal(bootstrap, prefix, p_idx).start()
     p = await producer(bootstrap)
     inbox = topic(INBOX, prefix)
@@ -647,6 +649,7 @@ def main() -> None:
             "broker": lambda: bench_broker(bs),
             "throughput": lambda: bench_throughput(bs, args.submissions),
             "throughput_signed": lambda: bench_throughput(bs, args.submissions, signed=True),
+            "throughput_unsealed": lambda: bench_throughput(bs, args.submissions, seals=False),
             "latency": lambda: bench_latency(bs, args.probes),
             "latency_signed": lambda: bench_latency(bs, args.probes, signed=True),
             "restart": lambda: bench_restart(bs, args.events, args.restarts),

@@ -162,7 +162,7 @@ class Worker:
             self.keyring = self.keyring.with_key(settings.admin_principal,
                                                  public_from_hex(settings.admin_public_key))
         # Seals on every journal record this worker writes, checked on every fold.
-        self._seal_check = SealCheck(public_of(key)) if settings.journal_seals else None
+        self._seal_check = SealCheck(key) if settings.journal_seals else None
         self.clock = VirtualClock(settings.time_scale)
         self.partitions = 0
         self.owned: dict[int, PartitionState] = {}

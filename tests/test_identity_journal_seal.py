@@ -16,7 +16,6 @@ import pytest
 
 from events import ClockTicked, Slot, WorkloadStarted, WorkloadSubmitted, encode
 from events.factory import Inputs
-from identity import keys
 from identity.journal_seal import HEADER_SEAL, SealCheck
 from streams.processor import PartitionFold
 from streams.records import (
@@ -93,7 +92,7 @@ def test_the_fold_refuses_forgeries_before_the_fence() -> None:
     from identity.journal_seal import seal
 
     key = TICK_KEY.encode()
-    check = SealCheck(keys.public_of(key))
+    check = SealCheck(key)
     claim = encode_claim(Claim(token="t1", worker="w", partition=0, at=0))
     mk = Inputs(cluster="c", prefix="e")
     node = encode(mk.node("lab", managers=("admin",)))
