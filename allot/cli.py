@@ -279,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     from streams.commands import register as register_client
 
     register_client(sub)  # allot submit, cancel, budget define|shares, host fault|repair|add
+    from identity.keys_cli import register as register_keys
+
+    register_keys(sub)  # allot keys create|list|register|rotate|revoke, allot sign
     from streams.executor import register as register_executor
 
     register_executor(sub)  # allot executor

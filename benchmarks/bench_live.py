@@ -22,6 +22,11 @@ Figures (issue 10), each next to the broker's own limit measured in the same run
 
 The worker runs as its own process (``allot worker``), as in production.
 
+- **throughput_signed**, **latency_signed**: the same two with signatures on
+  (the default of ``allot worker``): every input signed by its actor, verified
+  against the key registered on the log and authorised by role; run them
+  beside the unsigned ones (``--only throughput,throughput_signed,...``).
+
 Usage: python -m benchmarks.bench_live [--only broker,throughput,latency,restart,failover]
        [--bootstrap HOST:PORT] [--submissions N] [--probes N] [--events N] [--restarts N]
        [--failovers N]
@@ -115,9 +120,70 @@ def settings_for(bootstrap: str, prefix: str, clusters: tuple[str, ...], **kw: A
     s: dict[str, Any] = dict(bootstrap=bootstrap, topic_prefix=prefix, clusters=clusters,
                              partitions=PARTITIONS, group=f"{prefix}g", tick_key=KEY,
                              log_format="json", log_level="info", session_timeout_ms=6000,
-                             heartbeat_interval_ms=1000)
+                             heartbeat_interval_ms=1000,
+                             # Unsigned unless a step says otherwise (the *_signed steps).
+                             require_signatures=False)
     s.update(kw)
     return s
+
+
+class Signing:
+    """Keys for every actor a signed step publishes as, the first admin, their registrations.
+
+    With signatures on, each input is signed by its actor (Ed25519, the headers
+    ``streams.signing`` adds) and its id is in the actor's namespace; the
+    worker verifies each one against the key registered on the log and checks
+    its roles, as ``allot worker`` does by default.
+    """
+
+    ADMIN = "admin"
+
+    def __init__(self) -> None:
+        from identity import keys
+
+        self.keys = keys
+
+    def secret(self, actor: str) -> bytes:
+        return f"bench-key-of-{actor}".encode()
+
+    def settings(self) -> dict[str, Any]:
+        pub = self.keys.public_hex(self.keys.public_of(self.secret(self.ADMIN)))
+        return {"require_signatures": True, "admin_principal": self.ADMIN,
+                "admin_public_key": pub}
+
+    def registrations(self, cluster: str, actors: dict[str, tuple[str, ...]]) -> list[Event]:
+        from events import PrincipalRegistered
+
+        out: list[Event] = []
+        for i, (name, roles) in enumerate(sorted(actors.items())):
+            pub = self.keys.public_of(self.secret(name))
+            out.append(PrincipalRegistered(
+                id=f"{self.ADMIN}:reg-{i}", at=int(time.time()), cluster=cluster,
+                actor=self.ADMIN,
+                source="bench", principal=name, public_key=self.keys.public_hex(pub),
+                key_id=self.keys.key_id(pub), roles=roles, hosts=("*",)))
+        return out
+
+    def prepare(self, events: list[Event]) -> list[Event]:
+        """The events with their ids in their actors' namespaces."""
+        import msgspec
+
+        from identity.local import namespaced_id
+
+        return [msgspec.structs.replace(e, id=namespaced_id(e.actor, e.id)) for e in events]
+
+    def headers(self, value: bytes, actor: str) -> list[tuple[str, bytes]]:
+        from streams.signing import sign_headers
+
+        return sign_headers(value, actor, self.secret(actor))
+
+
+def bench_actors(leaves: int) -> dict[str, tuple[str, ...]]:
+    """Who the throughput and latency steps publish as, and the roles they need."""
+    actors: dict[str, tuple[str, ...]] = {Signing.ADMIN: ("admin", "manager"),
+                                          "ops": ("operator",), "executor": ("executor",)}
+    actors.update({f"t{i:02d}": ("researcher",) for i in range(leaves)})
+    return actors
 
 
 class Journal:
@@ -196,9 +262,14 @@ def setup_events(mk: Inputs, hosts: int, leaves: int, at: int) -> list[Event]:
     return out
 
 
-async def publish(p: AIOKafkaProducer, inbox: str, events: list[Event], partition: int) -> list[int]:
-    futs = [await p.send(inbox, encode(e), key=e.cluster.encode(), partition=partition)
-            for e in events]
+async def publish(p: AIOKafkaProducer, inbox: str, events: list[Event], partition: int,
+                  signing: Signing | None = None) -> list[int]:
+    futs = []
+    for e in events:
+        value = encode(e)
+        headers = signing.headers(value, e.actor) if signing is not None else None
+        futs.append(await p.send(inbox, value, key=e.cluster.encode(), partition=partition,
+                                 headers=headers))
     return [md.offset for md in await asyncio.gather(*futs)]
 
 
@@ -242,13 +313,16 @@ async def bench_broker(bootstrap: str, n: int = 100_000) -> dict[str, float]:
 # -- throughput ------------------------------------------------------------------------------
 
 
-async def bench_throughput(bootstrap: str, n: int) -> dict[str, float]:
-    prefix = f"t{int(time.time())}."
+async def bench_throughput(bootstrap: str, n: int, signed: bool = False,
+                           seals: bool = True) -> dict[str, float]:
+    prefix = f"t{'s' if signed else ''}{int(time.time())}."
     cluster = "thr"
     p_idx = partition_for(cluster, PARTITIONS)
     await ensure_topics(bootstrap, prefix, PARTITIONS)
-    w = WorkerProc("throughput", settings_for(bootstrap, prefix, (cluster,),
-                                              snapshot_every_records=0))
+    sig = Signing() if signed else None
+    w = WorkerProc("throughput" + ("-signed" if signed else ""),
+                   settings_for(bootstrap, prefix, (cluster,), snapshot_every_records=0,
+                                journal_seals=seals, **(sig.settings() if sig else {})))
     j = await Journal(bootstrap, prefix, p_idx).start()
     p = await producer(bootstrap)
     inbox = topic(INBOX, prefix)
@@ -257,11 +331,16 @@ async def bench_throughput(bootstrap: str, n: int) -> dict[str, float]:
         mk = Inputs(cluster=cluster, prefix="s")
         at = int(time.time())
         hosts = max(8, n // 8 + 8)
-        await publish(p, inbox, setup_events(mk, hosts, 20, at), p_idx)
-        await wait_for(lambda: f"s{hosts + 21}" in j.inputs, 60, "the hosts")
+        setup = setup_events(mk, hosts, 20, at)
+        if sig is not None:
+            setup = sig.registrations(cluster, bench_actors(20)) + sig.prepare(setup)
+        await publish(p, inbox, setup, p_idx, sig)
+        await wait_for(lambda: setup[-1].id in j.inputs, 60, "the hosts")
         subs = [mk.submit(f"w{i:07d}", f"lab/t{i % 20:02d}", 1, 3600, at=at) for i in range(n)]
+        if sig is not None:
+            subs = sig.prepare(subs)  # type: ignore[assignment]
         t0 = time.perf_counter()
-        await publish(p, inbox, subs, p_idx)
+        await publish(p, inbox, subs, p_idx, sig)
         t_pub = time.perf_counter() - t0
         last = f"w{n - 1:07d}"
         await wait_for(lambda: subs[-1].id in j.inputs, 300, "the inputs")
@@ -281,19 +360,25 @@ async def bench_throughput(bootstrap: str, n: int) -> dict[str, float]:
 # -- latency ---------------------------------------------------------------------------------
 
 
-async def bench_latency(bootstrap: str, probes: int, pending: int = 2000) -> dict[str, float]:
+async def bench_latency(bootstrap: str, probes: int, pending: int = 2000,
+                        signed: bool = False) -> dict[str, float]:
     """Submit -> start latency of single probes while ``pending`` workloads wait.
 
     100 hosts run a 7-GPU protected workload each (one GPU free per host); the
     pending workloads want 8 GPUs on one host, so they wait; each probe wants
     one GPU and starts at once, and is finished as soon as it starts.
     """
-    prefix = f"l{int(time.time())}."
+    prefix = f"l{'s' if signed else ''}{int(time.time())}."
     cluster = "lat"
     p_idx = partition_for(cluster, PARTITIONS)
     await ensure_topics(bootstrap, prefix, PARTITIONS)
-    w = WorkerProc("latency", settings_for(bootstrap, prefix, (cluster,),
-                                           snapshot_every_records=0))
+    sig = Signing() if signed else None
+    w = WorkerProc("latency" + ("-signed" if signed else ""),
+                   settings_for(bootstrap, prefix, (cluster,), snapshot_every_records=0,
+                                **(sig.settings() if sig else {})))
+
+    def prep(events: list[Any]) -> list[Any]:
+        return sig.prepare(events) if sig is not None else events
     j = await Journal(bootstrap, prefix, p_idx).start()
     p = await producer(bootstrap, linger_ms=0)
     inbox = topic(INBOX, prefix)
@@ -303,22 +388,31 @@ async def bench_latency(bootstrap: str, probes: int, pending: int = 2000) -> dic
         mk = Inputs(cluster=cluster, prefix="s")
         at = int(time.time())
         hosts = 100
-        await publish(p, inbox, setup_events(mk, hosts, 3, at), p_idx)
-        fill = [mk.submit(f"fill{i:04d}", "lab/t00", 7, 28_800, at=at) for i in range(hosts)]
-        await publish(p, inbox, fill, p_idx)
+        setup = prep(setup_events(mk, hosts, 3, at))
+        if sig is not None:
+            setup = sig.registrations(cluster, bench_actors(3)) + setup
+        await publish(p, inbox, setup, p_idx, sig)
+        fill = prep([mk.submit(f"fill{i:04d}", "lab/t00", 7, 28_800, at=at)
+                     for i in range(hosts)])
+        await publish(p, inbox, fill, p_idx, sig)
         await wait_for(lambda: all(f.workload in j.started for f in fill), 120, "the fill")
-        wait = [mk.submit(f"wait{i:04d}", "lab/t01", 8, 3600, at=at) for i in range(pending)]
-        await publish(p, inbox, wait, p_idx)
+        wait = prep([mk.submit(f"wait{i:04d}", "lab/t01", 8, 3600, at=at)
+                     for i in range(pending)])
+        await publish(p, inbox, wait, p_idx, sig)
         await wait_for(lambda: wait[-1].id in j.inputs, 120, "the pending workloads")
         await asyncio.sleep(2)
         for i in range(probes):
-            probe = mk.submit(f"probe{i:05d}", "lab/t02", 1, 60, at=int(time.time()))
+            probe = prep([mk.submit(f"probe{i:05d}", "lab/t02", 1, 60, at=int(time.time()))])[0]
+            value = encode(probe)
             t0 = time.perf_counter()
-            await p.send_and_wait(inbox, encode(probe), key=cluster.encode(), partition=p_idx)
+            await p.send_and_wait(inbox, value, key=cluster.encode(), partition=p_idx,
+                                  headers=sig.headers(value, probe.actor) if sig else None)
             await wait_for(lambda probe=probe: probe.workload in j.started, 30, "a probe start")
             lat.append(j.started[probe.workload] - t0)
-            await p.send_and_wait(inbox, encode(mk.finish(probe.workload, at=int(time.time()))),
-                                  key=cluster.encode(), partition=p_idx)
+            fin = prep([mk.finish(probe.workload, at=int(time.time()))])[0]
+            value = encode(fin)
+            await p.send_and_wait(inbox, value, key=cluster.encode(), partition=p_idx,
+                                  headers=sig.headers(value, fin.actor) if sig else None)
             await asyncio.sleep(0.02)
         started_waiting = sum(1 for x in wait if x.workload in j.started)
     finally:
@@ -554,7 +648,10 @@ def main() -> None:
         steps = {
             "broker": lambda: bench_broker(bs),
             "throughput": lambda: bench_throughput(bs, args.submissions),
+            "throughput_signed": lambda: bench_throughput(bs, args.submissions, signed=True),
+            "throughput_unsealed": lambda: bench_throughput(bs, args.submissions, seals=False),
             "latency": lambda: bench_latency(bs, args.probes),
+            "latency_signed": lambda: bench_latency(bs, args.probes, signed=True),
             "restart": lambda: bench_restart(bs, args.events, args.restarts),
             "failover": lambda: bench_failover(bs, args.failovers),
         }

@@ -281,7 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     sc = load_scenario(REPO / "scenarios" / "demo.toml")
     settings = config.load(environ={}, flags={
         "clusters": (sc.cluster.id, "bench"), "time_scale": args.time_scale,
-        "tick_interval_s": 0.1, "log_format": "json"})
+        "tick_interval_s": 0.1, "log_format": "json",
+        # Its clients publish unsigned records (bench_live has the signed steps).
+        "insecure_dev": True})
     port = free_port()
     stack = Stack(settings, embedded=True, log_dir=args.out / "logs", projections_port=port)
     out: dict[str, Any] = {"machine": machine(), "load_avg": os.getloadavg()}

@@ -37,3 +37,6 @@ class InputReason:
     TOO_MANY_HOSTS = "too_many_hosts"
     FUTURE_TIME = "future_time"
     NOT_STOPPING = "not_stopping"
+    BAD_PRINCIPAL = "bad_principal"
+    UNKNOWN_PRINCIPAL = "unknown_principal"
+    KEY_IN_USE = "key_in_use"

@@ -17,6 +17,7 @@ from events.budget import BudgetEditRejected, BudgetNodeDefined, BudgetSharesSet
 from events.clock import ClockTicked
 from events.host import HostAdded, HostDrained, HostFaulted, HostRemoved, HostRepaired
 from events.policy import PolicyConfigured
+from events.principal import PrincipalKeyRevoked, PrincipalKeyRotated, PrincipalRegistered
 from events.rejection import InputRejected
 from events.workload import (
     WorkloadCancelled,
@@ -53,6 +54,9 @@ AnyEvent = Union[  # noqa: UP007 - a named alias reads better in schemas and err
     ClockTicked,
     InputRejected,
     WorkloadStopped,
+    PrincipalRegistered,
+    PrincipalKeyRotated,
+    PrincipalKeyRevoked,
 ]
 
 ALL_TYPES: tuple[type, ...] = get_args(AnyEvent)

@@ -39,11 +39,12 @@ from events import PolicyConfigured
 from events.errors import AllotError
 from projections.budget_tree import BudgetTree
 from projections.cluster import OK, ClusterProjection, Host
+from projections.principals import PrincipalRegistry
 from projections.usage import LeafUsage, UsageProjection
 from projections.workloads import PENDING, RUNNING, Workload, WorkloadsProjection
 from scheduler.state import State
 
-SNAPSHOT_VERSION = 3
+SNAPSHOT_VERSION = 4
 MAGIC = "allot-snapshot"
 
 _encoder = msgspec.msgpack.Encoder()
@@ -68,6 +69,14 @@ def _v2_to_v3(body: dict[str, Any]) -> dict[str, Any]:
 
 
 UPCASTERS[2] = _v2_to_v3
+
+
+def _v3_to_v4(body: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 adds the principal registry ("principals"); before it, there was none."""
+    return {**body, "v": 4, "principals": []}
+
+
+UPCASTERS[3] = _v3_to_v4
 
 
 class SnapshotError(AllotError):
@@ -141,6 +150,8 @@ def _snapshot(state: State) -> bytes:
         "stopping": [[w, run, [[h, g] for h, g in placement], until, by]
                      for (w, run), (placement, until, by) in state.stopping.items()],
         "grace_asked": [[w, g] for w, g in state.grace_asked.items()],
+        # Signers, keys and roles (events.principal); [] while identity is not configured.
+        "principals": state.principals.rows() if len(state.principals) else [],
     }
     return _encoder.encode(body)
 
@@ -216,6 +227,7 @@ def _restore(b: dict[str, Any]) -> State:
         if by is not None:
             state.stopping_for[by] = state.stopping_for.get(by, 0) + 1
     state.grace_asked = {w: g for w, g in b["grace_asked"]}
+    state.principals = PrincipalRegistry.from_rows(b["principals"])
     return state
 
 

@@ -36,6 +36,9 @@ from events import (
     HostRepaired,
     InputRejected,
     PolicyConfigured,
+    PrincipalKeyRevoked,
+    PrincipalKeyRotated,
+    PrincipalRegistered,
     WorkloadCancelled,
     WorkloadFinished,
     WorkloadPreempted,
@@ -52,6 +55,7 @@ from projections import (
     Workload,
     WorkloadsProjection,
 )
+from projections.principals import PrincipalRegistry
 from projections.workloads import CANCELLED, PENDING, PREEMPTED
 from scheduler.shape import shape_of
 from scheduler.verdict import Ignore, Reject
@@ -99,6 +103,8 @@ class State:
         self.stopping_for: dict[str, int] = {}
         # Workload -> the grace it asked for (``grace_s``; only those that did).
         self.grace_asked: dict[str, int] = {}
+        # Who may sign inputs, with which keys and roles (read by the edge's authorisation).
+        self.principals = PrincipalRegistry()
         self._fold: dict[type, Callable[[Any], None]] = {
             PolicyConfigured: self._policy,
             BudgetNodeDefined: self._node_defined,
@@ -119,6 +125,9 @@ class State:
             WorkloadRejected: _noop,
             BudgetEditRejected: _noop,
             InputRejected: _noop,
+            PrincipalRegistered: self._principal_registered,
+            PrincipalKeyRotated: self._key_rotated,
+            PrincipalKeyRevoked: self._key_revoked,
         }
 
     # -- journal position and dedupe ---------------------------------------------------
@@ -211,6 +220,16 @@ class State:
 
     def _shares_set(self, e: BudgetSharesSet) -> None:
         self.budget.set_shares(e.parent, {cs.child: cs.shares for cs in e.shares})
+
+    def _principal_registered(self, e: PrincipalRegistered) -> None:
+        self.principals.register(e.principal, e.public_key, e.key_id, tuple(e.roles),
+                                 tuple(e.hosts), tuple(e.acts_for))
+
+    def _key_rotated(self, e: PrincipalKeyRotated) -> None:
+        self.principals.rotate(e.principal, e.public_key, e.key_id)
+
+    def _key_revoked(self, e: PrincipalKeyRevoked) -> None:
+        self.principals.revoke(e.key_id)
 
     def _host_added(self, e: HostAdded) -> None:
         self.cluster_state.add(e.host, e.gpus, e.rack, e.block)

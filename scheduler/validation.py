@@ -25,6 +25,9 @@ from events import (
     HostRepaired,
     InputReason,
     PolicyConfigured,
+    PrincipalKeyRevoked,
+    PrincipalKeyRotated,
+    PrincipalRegistered,
     RejectReason,
     WorkloadCancelled,
     WorkloadFinished,
@@ -34,6 +37,7 @@ from events import (
 from events.limits import MAX_GPUS_PER_HOST, MAX_HOSTS_PER_CLUSTER, MAX_SHARES, MAX_WINDOW_BUCKETS
 from projections.budget_tree import parent_of
 from projections.cluster import OK
+from projections.principals import key_id_of, valid_principal, valid_public_key
 from projections.workloads import ENDED, PENDING, RUNNING
 from scheduler.shape import shape_of
 from scheduler.verdict import Ignore, Reject, Verdict
@@ -303,6 +307,54 @@ def _tick(state, e: ClockTicked) -> Verdict:
     return None
 
 
+# Tick and nudge ids begin "tick:" and "nudge:": a principal of that name could squat them.
+_RESERVED_PRINCIPALS = frozenset({"tick", "nudge"})
+
+
+# Principals: the shape of the facts only. Who may publish them is the edge's
+# authorisation (identity.authorisation), which only journals authorised ones.
+def _new_key(state, public_key: str, key_id: str) -> Verdict:
+    if not valid_public_key(public_key):
+        return Reject("input", InputReason.BAD_PRINCIPAL,
+                      "public_key must be an Ed25519 public key, 64 lowercase hex")
+    if key_id != key_id_of(public_key):
+        return Reject("input", InputReason.BAD_PRINCIPAL,
+                      f"key_id must be {key_id_of(public_key)} (SHA-256 of the key, 16 hex)")
+    if state.principals.key(key_id) is not None:
+        return Reject("input", InputReason.KEY_IN_USE, f"key {key_id} was registered before")
+    return None
+
+
+def _principal_registered(state, e: PrincipalRegistered) -> Verdict:
+    from events.principal import ROLES
+
+    if not valid_principal(e.principal) or e.principal in _RESERVED_PRINCIPALS:
+        return Reject("input", InputReason.BAD_PRINCIPAL,
+                      f"{e.principal[:80]!r} is not a principal name ([A-Za-z0-9._@+=~-]{{1,64}})")
+    bad = [r for r in e.roles if r not in ROLES]
+    if bad or not e.roles:
+        return Reject("input", InputReason.BAD_PRINCIPAL,
+                      f"roles must be some of {', '.join(ROLES)} (got {list(e.roles)[:8]})")
+    old = state.principals.get(e.principal)
+    if old is not None and old.key_id == e.key_id:
+        return None  # the same key, new roles
+    return _new_key(state, e.public_key, e.key_id)
+
+
+def _key_rotated(state, e: PrincipalKeyRotated) -> Verdict:
+    if state.principals.get(e.principal) is None:
+        return Reject("input", InputReason.UNKNOWN_PRINCIPAL, f"no principal {e.principal!r}")
+    return _new_key(state, e.public_key, e.key_id)
+
+
+def _key_revoked(state, e: PrincipalKeyRevoked) -> Verdict:
+    known = state.principals.key(e.key_id)
+    if known is None or known[0] != e.principal:
+        return Reject("input", InputReason.UNKNOWN_PRINCIPAL,
+                      f"{e.principal!r} has no key {e.key_id!r}")
+    return None
+
+
 # Submissions and budget edits have their own rejection events.
 _REJECTION_KIND: dict[type, str] = {
     WorkloadSubmitted: "workload",
@@ -323,6 +375,9 @@ _CHECKS: dict[type, Any] = {
     WorkloadFinished: _finished,
     ClockTicked: _tick,
     WorkloadStopped: _stopped,
+    PrincipalRegistered: _principal_registered,
+    PrincipalKeyRotated: _key_rotated,
+    PrincipalKeyRevoked: _key_revoked,
 }
 
 def _check_table() -> None:

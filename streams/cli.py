@@ -66,7 +66,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--cluster", dest="clusters", action="append", metavar="ID",
                    help="a cluster to schedule (repeatable; default: the setting `clusters`)")
     p.add_argument("--require-signatures", dest="require_signatures", action="store_const",
-                   const=True, default=None, help="dead-letter every unsigned input")
+                   const=True, default=None,
+                   help="dead-letter every unsigned input (the default; see --insecure-dev)")
+    p.add_argument("--insecure-dev", dest="insecure_dev", action="store_const", const=True,
+                   default=None,
+                   help="DEVELOPMENT ONLY: accept unsigned inputs and check no roles (said "
+                        "loudly at start and on /healthz and /state)")
     p.set_defaults(func=_guard(_worker))
 
     j = subparsers.add_parser("journal", help="read the live journal",
@@ -116,6 +121,7 @@ def _worker(args: argparse.Namespace) -> int:
     if args.clusters:
         flags["clusters"] = tuple(args.clusters)
     flags["require_signatures"] = args.require_signatures
+    flags["insecure_dev"] = args.insecure_dev
     settings = config.load(args.config, flags=flags)
     logs.configure(settings.log_format, settings.log_level)
     return asyncio.run(run_worker(settings))

@@ -126,7 +126,8 @@ class Client:
     """Publish inputs to a live allot and read back what they caused (asyncio, aiokafka)."""
 
     def __init__(self, bootstrap: str, prefix: str = "", *,
-                 signer: tuple[str, bytes] | None = None, retries: int = 5,
+                 signer: tuple[str, bytes] | None = None, keychain: Any = None,
+                 retries: int = 5,
                  retry_backoff_s: float = 0.25, request_timeout_ms: int = 10_000,
                  tail_wait_ms: int = TAIL_WAIT_MS, client_id: str = "allot-client") -> None:
         self.bootstrap = bootstrap
@@ -135,6 +136,8 @@ class Client:
         self.journal = topic(JOURNAL, prefix)
         self.deadletter = topic(DEADLETTER, prefix)
         self.signer = signer
+        # identity.local.Keychain: sign each input as its actor when a key for it is here.
+        self.keychain = keychain
         self.retries = retries
         self.retry_backoff_s = retry_backoff_s
         self.request_timeout_ms = request_timeout_ms
@@ -191,15 +194,41 @@ class Client:
 
         return sign_headers(value, self.signer[0], self.signer[1])
 
+    def signing_for(self, event: Event) -> tuple[str, bytes] | None:
+        """``(principal, private key)`` that signs ``event``: the signer, or the actor's key."""
+        if self.signer is not None:
+            return self.signer
+        if self.keychain is not None:
+            secret = self.keychain.secret(event.actor)
+            if secret is not None:
+                return (event.actor, secret)
+        return None
+
     async def publish(self, event: Event) -> Published:
-        """Put ``event`` on the inbox; retry with the same bytes; the record's position."""
+        """Put ``event`` on the inbox; retry with the same bytes; the record's position.
+
+        A signed input's id is put in its signer's namespace (``<signer>:<id>``,
+        ``identity.local.namespaced_id``) as the worker requires; the returned
+        ``Published.id`` is the id published.
+        """
         if type(event) in DECISION_TYPES:
             raise ClientError(f"{tag_of(type(event))} is a decision: only the scheduler writes it")
+        signing = self.signing_for(event)
+        if signing is not None and tag_of(type(event)) != "clock.ticked":
+            from identity.local import namespaced_id
+
+            nid = namespaced_id(signing[0], event.id)
+            if nid != event.id:
+                event = msgspec.structs.replace(event, id=nid)
         check_id(event.id)
         assert self._producer is not None, "start() first"
         value = encode(event)
         p = await self.partition_of(event.cluster)
-        headers = self.headers_for(value)
+        headers = None
+        if signing is not None:
+            from streams.signing import sign_headers
+
+            headers = sign_headers(value, signing[0], signing[1])
         last: Exception | None = None
         for attempt in range(self.retries + 1):
             try:

@@ -50,7 +50,9 @@ def register(subparsers: Any) -> None:
         g.add_argument("--actor", default=None,
                        help="who publishes (default: $ALLOT_ACTOR or the login name)")
         g.add_argument("--key-file", default=None, metavar="FILE",
-                       help="sign the input as --actor with the secret in FILE (first line)")
+                       help="sign the input as --actor with the private key in FILE (first "
+                            "line); default: the local key of --actor ($ALLOT_KEY_DIR, else "
+                            "~/.config/allot/keys/ACTOR.key) when there is one")
         g.add_argument("--id", dest="event_id", default=None,
                        help="the input's id (default: a fresh one); re-using an id is a retry")
         g.add_argument("--timeout", type=float, default=30.0,
@@ -210,6 +212,8 @@ class _Ctx(msgspec.Struct, kw_only=True):
     event_id: str | None
     timeout: float
     json: bool
+    # Without --key-file: sign with the local key of --actor, if there is one (identity.local).
+    keychain: Any = None
 
 
 def _ctx(args: Any) -> _Ctx:
@@ -227,9 +231,12 @@ def _ctx(args: Any) -> _Ctx:
         signer = (actor, lines[0].strip().encode())
     if args.event_id is not None:
         check_id(args.event_id)
+    from identity.local import Keychain
+
     return _Ctx(bootstrap=settings.bootstrap, prefix=settings.topic_prefix,
                 cluster=args.cluster or settings.clusters[0], actor=actor, signer=signer,
-                event_id=args.event_id, timeout=args.timeout, json=args.json)
+                event_id=args.event_id, timeout=args.timeout, json=args.json,
+                keychain=None if signer is not None else Keychain())
 
 
 def discovered_settings(args: Any) -> Any:
@@ -260,7 +267,8 @@ def _send(ctx: _Ctx, event: Event, follow: Callable[[Event], bool] | None = None
           existing: str | None = None) -> int:
     """Publish and print; ``existing``: the status of the workload a submission repeats."""
     async def go() -> Result:
-        async with Client(ctx.bootstrap, ctx.prefix, signer=ctx.signer) as c:
+        async with Client(ctx.bootstrap, ctx.prefix, signer=ctx.signer,
+                          keychain=ctx.keychain) as c:
             return await c.request(event, timeout=ctx.timeout, follow=follow)
 
     res = asyncio.run(go())

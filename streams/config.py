@@ -74,19 +74,37 @@ class WorkerSettings:
         "virtual time continues from the cluster's last tick at this speed (demos, tests).",
         1.0)
     tick_key: str = _doc(
-        "The secret only the ticker and the workers share (HMAC-SHA256 of each tick). Every "
-        "worker of a group needs the same one; empty: a random key per process (a single "
-        "worker only). Prefer `tick_key_file` or `ALLOT_TICK_KEY` to a flag.", "")
+        "The ticker's private key, shared by the workers of a group only (each tick is signed "
+        "with Ed25519 under it: a 64-hex seed, or any secret hashed to one). Every worker of a "
+        "group needs the same one; empty: a random key per process (a single worker only). "
+        "Prefer `tick_key_file` or `ALLOT_TICK_KEY` to a flag.", "")
     tick_key_file: str = _doc("A file holding `tick_key` (its first line).", "")
     ticker_principal: str = _doc(
         "The signer name (and `actor`) of ticks. A tick signed by anyone else is dead-lettered.",
         "allot.ticker")
     keyring_file: str = _doc(
-        "A TOML file `[keys]` principal = \"secret\": producers whose records are signed. A "
+        "A TOML file `[keys]` principal = \"<Ed25519 public key, 64 hex>\": configured signers "
+        "(principals registered on the log need no entry). A "
         "signed record must name its signer as the event's `actor`.", "")
     require_signatures: bool = _doc(
-        "Dead-letter every unsigned input (`unsigned`), so `actor` is always authenticated.",
+        "Dead-letter every unsigned input (`unauthenticated`), so `actor` is always "
+        "authenticated, and authorise every input by its signer's roles (docs/events.md, "
+        "\"Who may send what\"). On by default; off only with `insecure_dev`.", True)
+    insecure_dev: bool = _doc(
+        "Development only: accept unsigned inputs and check no roles (`actor` is then a "
+        "claim anyone can forge). Said loudly at start, in the log, on `/healthz` and `/state`.",
         False)
+    journal_seals: bool = _doc(
+        "Seal every journal record this worker writes (HMAC-SHA256 under `tick_key`), and on a "
+        "fold refuse any record whose seal does not verify, or an unsealed one after sealed "
+        "ones (`fold.forged`): forged journal records move neither the state, the fence nor "
+        "the inbox position.", True)
+    admin_principal: str = _doc(
+        "The first admin: its signed inputs hold the `admin` role from the start, so it "
+        "registers the other principals (no bootstrap race). Its public key: "
+        "`admin_public_key` or the keyring.", "")
+    admin_public_key: str = _doc(
+        "The first admin's Ed25519 public key, 64 hex (`allot keys create` prints it).", "")
     nudge: bool = _doc(
         "After journaling inputs that can change the schedule, publish an immediate signed "
         "tick (a nudge) instead of waiting up to a tick interval.", True)
@@ -116,6 +134,10 @@ class WorkerSettings:
         "Address of `/healthz` and `/metrics`. Loopback unless a container publishes it.",
         "127.0.0.1")
     metrics_port: int = _doc("Port of `/healthz` and `/metrics`; 0 picks a free one, -1 off.", -1)
+    metrics_non_loopback: bool = _doc(
+        "Allow `metrics_host` to be an address that is not loopback (a container that publishes "
+        "the port). Off: the host is resolved and every address it names must be loopback.",
+        False)
     log_format: str = _doc(
         "`json` (production), `console` (readable) or `auto` (console on a terminal).", "auto")
     log_level: str = _doc("`debug`, `info`, `warning` or `error`.", "info")
@@ -126,6 +148,11 @@ class WorkerSettings:
     fault_stop_after_sends: int = _doc(
         "Test hook: like `fault_kill_after_sends`, but the process stops itself with SIGSTOP "
         "(once), so a test can resume it after another worker took over (0: off).", 0)
+
+    @property
+    def insecure(self) -> bool:
+        """True when inputs need no signature (``insecure_dev``, or ``require_signatures`` off)."""
+        return self.insecure_dev or not self.require_signatures
 
     @property
     def name(self) -> str:
@@ -224,9 +251,49 @@ def _check(s: WorkerSettings) -> WorkerSettings:
     if s.metrics_host in ("0.0.0.0", "::", ""):
         raise bad("metrics_host", "must be a specific address (loopback by default), "
                                   "never every interface")
+    if not s.metrics_non_loopback:
+        problem = loopback_problem(s.metrics_host)
+        if problem is not None:
+            raise bad("metrics_host", problem + "; set metrics_non_loopback to serve "
+                                                "another address")
     if not s.ticker_principal:
         raise bad("ticker_principal", "must not be empty")
+    if s.admin_public_key:
+        from identity.keys import KeyError_, public_from_hex
+
+        try:
+            public_from_hex(s.admin_public_key)
+        except KeyError_ as exc:
+            raise bad("admin_public_key", str(exc)) from None
     return s
+
+
+def loopback_problem(host: str) -> str | None:
+    """None when every address ``host`` resolves to is loopback, else why not.
+
+    A string check is not enough: ``0`` binds every interface, a name may
+    resolve anywhere. So the host is resolved (``socket.getaddrinfo``) and each
+    address must be a loopback one (127.0.0.0/8, ::1).
+    """
+    import ipaddress
+
+    if not host or not host.strip():
+        return "an empty host binds every interface"
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        return f"{host!r} does not resolve ({exc})"
+    if not infos:
+        return f"{host!r} resolves to no address"
+    for info in infos:
+        addr = str(info[4][0]).split("%")[0]
+        try:
+            ip = ipaddress.ip_address(addr)
+        except ValueError:
+            return f"{host!r} resolves to {addr!r}, not an IP address"
+        if not ip.is_loopback:
+            return f"{host!r} resolves to {addr}, which is not a loopback address"
+    return None
 
 
 def _build(values: Mapping[str, Any], source: str) -> WorkerSettings:

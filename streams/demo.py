@@ -49,6 +49,7 @@ from events import (
     WorkloadFinished,
     WorkloadStarted,
     encode_lines,
+    tag_of,
 )
 from events.factory import Inputs
 from projections.cluster import OK
@@ -223,7 +224,9 @@ async def _play(stack: Any, scenario: Scenario, base_dir: Path, report: DemoRepo
     mk = Inputs(cluster=cluster, prefix="demo-", source="allot-demo")
     lv = LiveView(cluster)
     published: list[str] = []
-    async with Client(s.bootstrap, s.topic_prefix, client_id="allot-demo") as client:
+    keychain = getattr(stack, "keychain", None)
+    async with Client(s.bootstrap, s.topic_prefix, client_id="allot-demo",
+                      keychain=keychain) as client:
         con.print(f"waiting for the first tick of cluster {cluster} ...")
         tail = await client.tail(cluster, start="begin")
         clock = 0
@@ -235,6 +238,10 @@ async def _play(stack: Any, scenario: Scenario, base_dir: Path, report: DemoRepo
         zero = clock
         setup = [msgspec.structs.replace(e, at=zero)
                  for e in script.sim.setup_events(mk)]
+        if keychain is not None:
+            # Signatures are on: the scenario's actors sign with keys of their own
+            # (in memory), registered first by the stack's admin.
+            setup = [*_demo_principals(keychain, cluster, setup, script, zero), *setup]
         for e in setup:
             published.append((await client.publish(e)).id)
         horizon = zero + scenario.horizon_s
@@ -307,6 +314,34 @@ async def _play(stack: Any, scenario: Scenario, base_dir: Path, report: DemoRepo
             await tail.stop()
         con.print(status())
     report.missing_inputs = published  # checked against the exported journal
+
+
+def _demo_principals(keychain: Any, cluster: str, setup: list[Event], script: _Scripted,
+                     at: int) -> list[Event]:
+    """Registrations of the scenario's actors (fresh keys, in memory), signed by the admin."""
+    import secrets
+
+    from events import Role
+    from identity.bootstrap import ADMIN, registration
+
+    roles: dict[str, set[str]] = {}
+    for e in setup:
+        tag = tag_of(type(e))
+        if e.actor != ADMIN:
+            roles.setdefault(e.actor, set()).add(
+                Role.OPERATOR if tag.startswith("host.") else Role.MANAGER
+                if tag.startswith("budget.") else Role.ADMIN)
+    for w in script.sources.workloads:
+        roles.setdefault(w.user, set()).add(Role.RESEARCHER)
+    roles.setdefault("host-monitor", set()).add(Role.MONITOR)  # Inputs.fault / .repair
+    out: list[Event] = []
+    for name in sorted(roles):
+        if name == ADMIN:
+            continue
+        keychain.add(name, secrets.token_hex(32).encode())
+        out.append(registration(keychain, cluster, name, sorted(roles[name]), at=at,
+                                source="allot-demo"))
+    return out
 
 
 def _input(kind: int, payload: Any, mk: Inputs, lv: Any, clock: int, rng: random.Random,

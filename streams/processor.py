@@ -51,6 +51,7 @@ from events import (
 )
 from events.errors import AllotError
 from events.limits import INPUT_ID_PATTERN, MAX_RECORD_BYTES
+from identity import authorisation
 from scheduler import Engine
 from scheduler.admission import InputRefused, valid_cluster_id
 from scheduler.replay import JournalError, JournalFold
@@ -124,6 +125,11 @@ SIGNER_NOT_ACTOR = "signer_not_actor"
 NOT_AN_INPUT = "not_an_input"
 HAS_CAUSE = "has_cause"
 BAD_ID = "bad_id"
+UNAUTHENTICATED = authorisation.UNAUTHENTICATED
+REVOKED = authorisation.REVOKED
+NOT_AUTHORISED = authorisation.NOT_AUTHORISED
+FOREIGN_ID = "foreign_id"
+STALE = "stale"
 
 REASONS: dict[str, str] = {
     MALFORMED: "the bytes are not a valid allot event (the detail names the JSON path)",
@@ -140,6 +146,13 @@ REASONS: dict[str, str] = {
     signing.UNKNOWN_SIGNER: "`allot-signer` names no key in the keyring",
     signing.BAD_SIGNATURE: "`allot-signature` does not match the value under the signer's key",
     SIGNER_NOT_ACTOR: "a signed input whose `actor` is not its signer",
+    UNAUTHENTICATED: "with authorisation on: unsigned, an unknown key or signer, or a bad "
+                     "signature (the detail says which)",
+    REVOKED: "signed with a key that was revoked or rotated away before this input",
+    NOT_AUTHORISED: "the signer's roles do not allow this input (docs/events.md, "
+                    "\"Who may send what\")",
+    FOREIGN_ID: "a signed input whose id does not begin with `<signer>:` (ids are per signer)",
+    STALE: "a signed input whose `at` is older than the dedupe window (a replayed record)",
     NOT_AN_INPUT: "a decision type (derived by the scheduler) sent as an input",
     HAS_CAUSE: "an input with `cause` set (only decisions have one)",
     BAD_ID: f"an id that is not {INPUT_ID_PATTERN} in full",
@@ -220,13 +233,20 @@ class Processor:
     ``partition_of(cluster)`` names the inbox partition a cluster's key maps to
     (the murmur2 partitioner of the Java client and aiokafka). ``clusters`` are
     the clusters this deployment schedules. ``keyring`` holds every principal
-    whose signatures count, the ticker's included.
+    whose signatures count, the ticker's included; registered principals'
+    keys come from each cluster's state (``principal.*`` events). With
+    ``authorise`` (default: ``require_signatures``) every signed input must also
+    be allowed by ``identity.authorisation.TABLE`` and carry an id in its
+    signer's namespace (``<signer>:...``); failures are dead letters
+    (``unauthenticated``, ``revoked``, ``not_authorised``, ``foreign_id``) and
+    never reach the journal, so the state is unchanged and replay exact.
     """
 
     def __init__(self, *, clusters: Iterable[str], partition_of: Callable[[str], int],
                  keyring: signing.Keyring, ticker_principal: str,
                  require_signatures: bool = False, worker: str = "",
-                 max_bytes: int = MAX_RECORD_BYTES) -> None:
+                 max_bytes: int = MAX_RECORD_BYTES, admins: Iterable[str] = (),
+                 authorise: bool | None = None, replay_window: bool = True) -> None:
         self.clusters = frozenset(clusters)
         self.partition_of = partition_of
         self.keyring = keyring
@@ -234,6 +254,12 @@ class Processor:
         self.require_signatures = require_signatures
         self.worker = worker
         self.max_bytes = max_bytes
+        # The configured first admins (their keys are in ``keyring``): admin from the start.
+        self.admins = frozenset(admins)
+        # Check every signed input's role (identity.authorisation); on with signatures.
+        self.authorise = require_signatures if authorise is None else authorise
+        # Refuse signed inputs older than the dedupe window (``stale``): replayed records.
+        self.replay_window = replay_window
 
     def dead(self, record: InboxRecord, reason: str, detail: str) -> Dead:
         """The dead letter for ``record``: deterministic id, so a retry writes an exact copy."""
@@ -243,8 +269,13 @@ class Processor:
             detail=detail[:1000], topic=record.topic, partition=record.partition,
             offset=record.offset, key=key, value=_text(record.value), worker=self.worker))
 
-    def check(self, record: InboxRecord) -> Event | Dead:
-        """Decode and check a record up to the engine: the event, or its dead letter."""
+    def check(self, record: InboxRecord, engines: dict[str, Engine] | None = None) -> Event | Dead:
+        """Decode, authenticate and authorise a record up to the engine: the event, or its dead letter.
+
+        ``engines`` gives the cluster's current state: its principal registry names
+        the keys that sign (beside the configured keyring) and the roles that
+        authorise. Nothing here changes it.
+        """
         value = record.value
         if value is None:
             return self.dead(record, NO_VALUE, "a record without a value is not an event")
@@ -255,17 +286,23 @@ class Processor:
             event = decode(value)
         except MalformedEvent as exc:
             return self.dead(record, decode_failure_reason(exc), exc.reason)
-        verdict = signing.verify(value, record.headers, self.keyring)
+        engine = (engines or {}).get(event.cluster)
+        registry = engine.state.principals if engine is not None else None
+        verdict = signing.verify(value, record.headers, self.keyring, registry)
         is_tick = type(event) is ClockTicked
+        if verdict.problem == signing.REVOKED_KEY:
+            return self.dead(record, REVOKED, verdict.detail)
         if verdict.problem is not None and verdict.problem != signing.UNSIGNED:
-            return self.dead(record, verdict.problem, "the record's signature headers do not check")
+            return self.dead(record, self._auth_reason(verdict.problem),
+                             f"{verdict.problem}: {verdict.detail or 'the signature headers do not check'}")
         if is_tick:
             if verdict.signer != self.ticker_principal:
                 who = "unsigned" if verdict.signer is None else f"signed by {verdict.signer!r}"
                 return self.dead(record, UNTRUSTED_TICK,
                                  f"clock.ticked {who}; only {self.ticker_principal!r} ticks")
         elif verdict.signer is None and self.require_signatures:
-            return self.dead(record, signing.UNSIGNED, "require_signatures is on")
+            return self.dead(record, self._auth_reason(signing.UNSIGNED),
+                             "unsigned: require_signatures is on (sign with `allot sign`)")
         if verdict.signer is not None and verdict.signer != event.actor:
             return self.dead(record, SIGNER_NOT_ACTOR,
                              f"signed by {verdict.signer!r} but actor is {event.actor[:80]!r}")
@@ -282,11 +319,39 @@ class Processor:
             return self.dead(record, WRONG_PARTITION,
                              f"cluster {cluster!r} belongs on partition {want}, not "
                              f"{record.partition} (partition with murmur2 on the key)")
+        signer = verdict.signer
+        if signer is not None and self.authorise and not is_tick:
+            # An input's identity is (signer, id): its id is in the signer's namespace,
+            # so no one can take (and so drop, as a duplicate) another signer's ids.
+            if not event.id.startswith(signer + ":"):
+                return self.dead(record, FOREIGN_ID,
+                                 f"id {event.id[:80]!r} must begin with '{signer}:'")
+            state = engine.state if engine is not None else new_engine(cluster).state
+            # A signed record replayed after its id left the dedupe window would be taken
+            # again (the signature still holds): refuse records older than the window.
+            horizon = state.now - max(state.policy.dedupe_window_s, state.policy.clock_skew_s)
+            if self.replay_window and state.now > 0 and event.at < horizon:
+                return self.dead(record, STALE,
+                                 f"at={event.at} is older than the dedupe window allows "
+                                 f"(before {horizon}): a replayed record, or a producer clock "
+                                 f"far behind")
+            refusal = authorisation.authorise(state, event, signer, admins=self.admins,
+                                              ticker=self.ticker_principal)
+            if refusal is not None:
+                return self.dead(record, refusal.reason, refusal.detail)
         return event
+
+    def _auth_reason(self, problem: str) -> str:
+        """The dead-letter reason of a signature problem.
+
+        With authorisation on, every authentication failure is ``unauthenticated``
+        (the detail names which); without it, the older specific codes stay.
+        """
+        return authorisation.UNAUTHENTICATED if self.authorise else problem
 
     def handle(self, record: InboxRecord, engines: dict[str, Engine]) -> Outcome:
         """The outcome of one inbox record. Creates the cluster's engine in ``engines`` if new."""
-        checked = self.check(record)
+        checked = self.check(record, engines)
         if isinstance(checked, Dead):
             return checked
         event = checked
@@ -332,6 +397,7 @@ class FoldStats(msgspec.Struct, kw_only=True):
     duplicates: int = 0     # inputs or decisions whose id was already folded
     refused: int = 0        # inputs the engine refuses (allot never journals them)
     orphans: int = 0        # decisions outside their input's group
+    forged: int = 0         # records whose seal does not verify, or unsealed after sealed ones
 
 
 class PartitionFold:
@@ -348,8 +414,12 @@ class PartitionFold:
 
     def __init__(self, partition: int, engines: dict[str, Engine] | None = None,
                  fence: Fence | None = None, last_inbox_offset: int = -1,
-                 on_anomaly: Callable[[str, JournalRecord, str], None] | None = None) -> None:
+                 on_anomaly: Callable[[str, JournalRecord, str], None] | None = None,
+                 seal_check: Callable[..., bool] | None = None) -> None:
         self.partition = partition
+        # identity.journal_seal.SealCheck: refuse records no worker sealed (None: no check).
+        self.seal_check = seal_check
+        self.sealed = False  # a sealed record was seen: from here on every record must be
         self.fence = fence if fence is not None else Fence()
         self.last_inbox_offset = last_inbox_offset
         self.last_offset = -1      # the last journal offset added
@@ -371,6 +441,11 @@ class PartitionFold:
         st = self.stats
         st.records += 1
         self.last_offset = record.offset
+        if self.seal_check is not None and not self._seal_ok(record):
+            # Before the fence: a forged claim must not move it, nor a forged input the
+            # inbox position.
+            st.forged += 1
+            return
         if record.kind == KIND_CLAIM:
             st.claims += 1
         if not self.fence.admit(record):
@@ -396,6 +471,33 @@ class PartitionFold:
                 return
             fold = self._folds[event.cluster] = JournalFold(new_engine(event.cluster))
         fold.add(event)
+
+    def engine_now(self, cluster: str) -> Engine | None:
+        """``cluster``'s engine with every group so far folded (the state a next input meets)."""
+        fold = self._folds.get(cluster)
+        if fold is None:
+            return None
+        fold.flush()
+        return fold.engine
+
+    def _seal_ok(self, record: JournalRecord) -> bool:
+        check = self.seal_check
+        assert check is not None
+        if record.seal is None:
+            if self.sealed:
+                self._anomaly("forged", record, "an unsealed record after sealed ones: no "
+                                                "worker wrote it")
+                return False
+            return True  # a journal from before seals
+        if not check(record.partition, record.kind, record.owner, record.inbox_offset,
+                     record.value, record.seal):
+            self._anomaly("forged", record, "its seal does not verify: no worker of this "
+                                            "group wrote it (or tick_key changed since: the "
+                                            "journal must be folded with the key that sealed "
+                                            "it)")
+            return False
+        self.sealed = True
+        return True
 
     def finish(self, recover: bool = True) -> dict[str, list[Event]]:
         """Fold every cluster's last group; with ``recover``, the decisions the journal lacks.

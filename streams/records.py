@@ -123,6 +123,8 @@ class JournalRecord(msgspec.Struct, frozen=True, kw_only=True):
     owner: str
     value: bytes
     inbox_offset: int | None = None
+    # The writing worker's seal (identity.journal_seal), when it wrote one.
+    seal: bytes | None = None
 
 
 class BadJournalRecord(ValueError):
@@ -148,7 +150,7 @@ def parse_journal(partition: int, offset: int, value: bytes | None,
             raise BadJournalRecord(f"journal {partition}:{offset}: bad inbox offset") from exc
     return JournalRecord(partition=partition, offset=offset, kind=kind,
                          owner=owner_b.decode("utf-8", "replace"), value=value or b"",
-                         inbox_offset=inbox_offset)
+                         inbox_offset=inbox_offset, seal=header(headers, "allot-seal"))
 
 
 class Fence:

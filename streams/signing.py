@@ -9,7 +9,9 @@ rule 4). A signature does: the producer adds three headers,
 - ``allot-signature``: the lowercase hex Ed25519 signature of the record value
   under the principal's private key,
 
-and the worker checks them against its keyring (principal -> public key). The
+and the worker checks them against the registered principals' keys
+(``principal.registered`` events, in the cluster's state) and its configured
+keyring (principal -> public key: the ticker, the first admin). The
 worker holds public keys only: it cannot sign as a producer, and an auditor
 needs no secret to re-check a signature. The ticker signs every tick, so an
 unsigned or badly signed ``clock.ticked`` is dead-lettered: the trusted clock.
@@ -22,9 +24,11 @@ and these headers, so ``allot audit verify`` re-checks any journaled input.
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -108,35 +112,89 @@ class Keyring:
 UNSIGNED = "unsigned"
 UNKNOWN_SIGNER = "unknown_signer"
 BAD_SIGNATURE = "bad_signature"
+REVOKED_KEY = "revoked"
 
 
 class Verdict:
     """The outcome of checking one record's signature headers."""
 
-    __slots__ = ("problem", "signer")
+    __slots__ = ("detail", "key_id", "problem", "signer")
 
-    def __init__(self, signer: str | None, problem: str | None) -> None:
+    def __init__(self, signer: str | None, problem: str | None, detail: str = "",
+                 key_id: str | None = None) -> None:
         self.signer = signer      # the verified principal, or None
-        self.problem = problem    # None, UNSIGNED, UNKNOWN_SIGNER or BAD_SIGNATURE
+        self.problem = problem    # None, UNSIGNED, UNKNOWN_SIGNER, BAD_SIGNATURE or REVOKED_KEY
+        self.detail = detail
+        self.key_id = key_id      # the verified key's id
 
     def __repr__(self) -> str:
         return f"Verdict(signer={self.signer!r}, problem={self.problem!r})"
 
 
-def verify(value: bytes, headers: Headers | None, keyring: Keyring) -> Verdict:
-    """Check ``value``'s signature headers against ``keyring``."""
+class Registry(Protocol):
+    """What ``verify`` reads of the principal registry (``projections.principals``)."""
+
+    def key(self, key_id: str) -> tuple[str, str] | None: ...
+    def retired_why(self, key_id: str) -> str | None: ...
+    def get(self, name: str) -> Any: ...
+
+
+@functools.lru_cache(maxsize=4096)
+def _public(hex_text: str) -> Ed25519PublicKey | None:
+    # Cached: a registered key is parsed once, not once per input it signs.
+    try:
+        return keys.public_from_hex(hex_text)
+    except (keys.KeyError_, ValueError):
+        return None
+
+
+def verify(value: bytes, headers: Headers | None, keyring: Keyring,
+           registry: Registry | None = None) -> Verdict:
+    """Check ``value``'s signature headers against ``registry`` (registered keys) and ``keyring``.
+
+    A key id the registry knows is checked against the registered public key,
+    and must belong to the named signer; a retired (rotated or revoked) key
+    gives ``revoked`` once its signature holds. A signer the registry knows
+    signs with registered keys only; anyone else is looked up in ``keyring``
+    (the configured keys: the ticker, the first admin).
+    """
     signer_b = header(headers, HEADER_SIGNER)
     sig_b = header(headers, HEADER_SIGNATURE)
     if signer_b is None and sig_b is None:
-        return Verdict(None, UNSIGNED)
+        return Verdict(None, UNSIGNED, "no allot-signer / allot-signature headers")
     signer = (signer_b or b"").decode("utf-8", "replace")
-    key = keyring.key(signer) if signer_b is not None else None
-    if key is None:
-        return Verdict(None, UNKNOWN_SIGNER)
     kid_b = header(headers, HEADER_KEY_ID)
-    # A key id naming another key than the signer's current one: not this key's signature.
-    if kid_b is not None and kid_b.decode("utf-8", "replace") != keys.key_id(key):
-        return Verdict(None, BAD_SIGNATURE)
+    kid = kid_b.decode("utf-8", "replace") if kid_b is not None else None
+    if signer_b is None:
+        return Verdict(None, UNKNOWN_SIGNER, "no allot-signer header")
+    known = registry.key(kid) if registry is not None and kid is not None else None
+    if known is not None:
+        who, pub_hex = known
+        key = _public(pub_hex)
+        if who != signer or key is None:
+            return Verdict(None, BAD_SIGNATURE, f"key {kid} is not {signer[:80]!r}'s")
+        if sig_b is None or not keys.verify(value, sig_b, key):
+            return Verdict(None, BAD_SIGNATURE, f"not {signer[:80]!r}'s signature under key {kid}")
+        why = registry.retired_why(kid) if registry is not None else None
+        if why is not None:
+            return Verdict(None, REVOKED_KEY, f"key {kid} of {signer[:80]!r} was {why}", kid)
+        return Verdict(signer, None, "", kid)
+    if kid is not None and registry is not None and registry.retired_why(kid) is not None:
+        return Verdict(None, REVOKED_KEY, f"key {kid} was {registry.retired_why(kid)}", kid)
+    if registry is not None and registry.get(signer) is not None:
+        # A registered principal signs with its registered keys only.
+        return Verdict(None, UNKNOWN_SIGNER,
+                       f"key {kid!r} is not a registered key of {signer[:80]!r}")
+    key = keyring.key(signer)
+    if key is None:
+        return Verdict(None, UNKNOWN_SIGNER, f"no key for signer {signer[:80]!r}")
+    own = keys.key_id(key)
+    # A key id naming another key than the signer's configured one: not this key's signature.
+    if kid is not None and kid != own:
+        return Verdict(None, BAD_SIGNATURE, f"key id {kid[:40]!r} is not {signer[:80]!r}'s key")
     if sig_b is None or not keys.verify(value, sig_b, key):
-        return Verdict(None, BAD_SIGNATURE)
-    return Verdict(signer, None)
+        return Verdict(None, BAD_SIGNATURE, f"not {signer[:80]!r}'s signature")
+    if registry is not None and registry.retired_why(own) is not None:
+        return Verdict(None, REVOKED_KEY, f"key {own} of {signer[:80]!r} was "
+                                          f"{registry.retired_why(own)}", own)
+    return Verdict(signer, None, "", own)

@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -169,8 +168,11 @@ class Stack:
     def __init__(self, settings: WorkerSettings, *, embedded: bool, log_dir: Path,
                  executor: bool = True, projections_port: int | None = None,
                  executor_args: list[str] | None = None,
-                 archive_dir: Path | None = None) -> None:
+                 archive_dir: Path | None = None, keychain: Any = None) -> None:
         self.settings = settings
+        # identity.local.Keychain: the keys this stack signs with (None: insecure_dev).
+        self.keychain = keychain
+        self._registrations: list[Any] = []
         # Where the journal is archived (archive/), and restored from on start: the history
         # that outlives the memory-only embedded broker. None: no archive.
         self.archive_dir = archive_dir
@@ -202,9 +204,20 @@ class Stack:
             s = self.settings
             if not (s.tick_key or s.tick_key_file):
                 # One key for this stack's worker(s) and nobody else: only they can tick.
-                self.settings = s = s.replace(tick_key=secrets.token_hex(16))
+                # Kept in the key directory (in --insecure-dev too): the journal's seals
+                # are made with it, so a restarted stack must fold its restored journal with
+                # the same key; and an auditor checks every tick with one public key.
+                from identity.local import Keychain
+
+                kc = Keychain() if self.keychain is None else self.keychain
+                if not s.insecure:
+                    self.keychain = kc
+                kc.ensure(s.ticker_principal)
+                self.settings = s = s.replace(tick_key_file=str(kc.path(s.ticker_principal)))
             asyncio.run(ensure_topics(s.bootstrap, s.topic_prefix, s.partitions,
                                       s.replication_factor))
+            if not s.insecure:
+                self.settings = s = self._identity(s)
             env = child_env(s)
             if self.archive_dir is not None:
                 # Before the worker starts: it folds the journal it finds, so it must find
@@ -216,6 +229,9 @@ class Stack:
                 self.children.append(Child("archive", ["archive", "--dir", str(self.archive_dir),
                                                        "--flush-s", "1"], env,
                                            self.log_dir / "archive.log").start())
+            if self._registrations:
+                # After the restore (it needs an empty inbox), before the worker.
+                self._publish_registrations(s)
             self.children.append(Child("worker", ["worker"], env,
                                        self.log_dir / "worker.log").start())
             if self.with_executor:
@@ -230,6 +246,39 @@ class Stack:
             self.stop()
             raise
         return self
+
+    def _identity(self, s: WorkerSettings) -> WorkerSettings:
+        """Keys for this stack's own signers, the first admin in the settings, registrations.
+
+        Signatures are on by default, so the stack signs everything it sends: the
+        executor with its key file, the command line with the local user's (see
+        ``identity.bootstrap``). The registrations go to the inbox before the
+        worker starts, so they are the first inputs it takes.
+        """
+        from identity.bootstrap import ADMIN, EXECUTOR, local_registrations
+        from identity.local import Keychain
+        from streams.commands import default_actor
+
+        kc = self.keychain = self.keychain if self.keychain is not None else Keychain()
+        kc.ensure(ADMIN)
+        if not s.admin_principal:
+            s = s.replace(admin_principal=ADMIN, admin_public_key=kc.public_hex(ADMIN))
+        self._registrations = local_registrations(kc, s.clusters, default_actor())
+        if self.with_executor and "--key-file" not in self.executor_args:
+            self.executor_args = [*self.executor_args, "--key-file", str(kc.path(EXECUTOR))]
+        return s
+
+    def _publish_registrations(self, s: WorkerSettings) -> None:
+        import asyncio
+
+        from streams.client import Client
+
+        async def publish() -> None:
+            async with Client(s.bootstrap, s.topic_prefix, keychain=self.keychain,
+                              client_id="allot-up") as c:
+                await c.publish_many(list(self._registrations))
+
+        asyncio.run(publish())
 
     def dead(self) -> list[Child]:
         """Children that exited on their own."""
@@ -299,6 +348,9 @@ def register(subparsers: Any, auditor: Any = None) -> None:
     p.add_argument("--log-dir", type=Path, default=Path("out/up"),
                    help="where the processes write their logs (default out/up)")
     p.add_argument("--no-executor", action="store_true", help="do not run the simulated executor")
+    p.add_argument("--insecure-dev", dest="insecure_dev", action="store_const", const=True,
+                   default=None,
+                   help="DEVELOPMENT ONLY: no keys, unsigned inputs accepted, no role checked")
     p.add_argument("--archive", type=Path, default=None, metavar="DIR",
                    help="archive the journal into DIR and restore it from there on start, so "
                         "a restarted stack keeps its history (default LOG_DIR/archive; with "
@@ -363,6 +415,7 @@ def _run_up(args: Any, con: Any) -> int:
     from streams.broker import free_port
 
     flags: dict[str, Any] = {name: getattr(args, name) for name in UP_FLAGS}
+    flags["insecure_dev"] = getattr(args, "insecure_dev", None)
     scenario = None
     if args.demo:
         from simulator.scenario import load_scenario
@@ -423,6 +476,12 @@ def _run_up(args: Any, con: Any) -> int:
                       + (f"restored {r.records:,} journal records in {r.seconds:.1f} s"
                          if r is not None and r.records else "nothing to restore"))
         con.print("pids " + " ".join(f"{k}={v}" for k, v in stack.pids().items()))
+        if stack.keychain is not None:
+            con.print(f"signed: keys in {stack.keychain.dir}/ (0600); the command line signs "
+                      f"as --actor with its key there")
+        else:
+            con.print("[bold red]INSECURE DEVELOPMENT MODE[/]: unsigned inputs accepted, no "
+                      "role checked")
         if port is not None:
             con.print(f"usage projections and dashboard: http://{LOOPBACK}:{port}/")
         if scenario is not None:

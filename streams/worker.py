@@ -34,6 +34,7 @@ import contextlib
 import os
 import secrets
 import signal
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -47,7 +48,8 @@ import native
 from events import ClockTicked, Event, encode, tag_of
 from events.errors import AllotError
 from events.limits import MAX_RECORD_BYTES
-from identity.keys import public_of
+from identity.journal_seal import SealCheck, seal
+from identity.keys import public_from_hex, public_of
 from scheduler import Engine
 from streams import logs, processor, snapshots, topics
 from streams.config import WorkerSettings
@@ -56,6 +58,9 @@ from streams.metrics import MetricsServer, WorkerMetrics
 from streams.processor import Accepted, Dead, InboxRecord, PartitionFold, Processor, Skipped
 from streams.records import (
     DEADLETTER,
+    HEADER_INBOX_OFFSET,
+    HEADER_KIND,
+    HEADER_OWNER,
     INBOX,
     JOURNAL,
     KIND_CLAIM,
@@ -88,6 +93,11 @@ class FoldError(AllotError):
 def partition_for(cluster: str, partitions: int) -> int:
     """The inbox partition of ``cluster``'s key: murmur2 like the Java client and aiokafka."""
     return (murmur2(cluster.encode()) & 0x7FFFFFFF) % partitions
+
+
+INSECURE_WARNING = ("INSECURE DEVELOPMENT MODE: unsigned inputs are accepted and no role is "
+                    "checked; anyone who can write to the inbox can act as anyone (drop "
+                    "--insecure-dev / require_signatures=false to require signatures)")
 
 
 class PartitionState:
@@ -147,6 +157,12 @@ class Worker:
         self.key = key
         keyring = Keyring.from_file(settings.keyring_file) if settings.keyring_file else Keyring()
         self.keyring = keyring.with_key(settings.ticker_principal, public_of(key))
+        if settings.admin_principal and settings.admin_public_key:
+            # The first admin's key comes from configuration: nobody can register first.
+            self.keyring = self.keyring.with_key(settings.admin_principal,
+                                                 public_from_hex(settings.admin_public_key))
+        # Seals on every journal record this worker writes, checked on every fold.
+        self._seal_check = SealCheck(key) if settings.journal_seals else None
         self.clock = VirtualClock(settings.time_scale)
         self.partitions = 0
         self.owned: dict[int, PartitionState] = {}
@@ -214,8 +230,12 @@ class Worker:
         self._reader = reader(s.bootstrap, s.fold_fetch_wait_ms, f"allot-fold-{self.name}")
         self._processor = Processor(
             clusters=s.clusters, partition_of=self.partition_of, keyring=self.keyring,
-            ticker_principal=s.ticker_principal, require_signatures=s.require_signatures,
-            worker=self.name, max_bytes=MAX_RECORD_BYTES)
+            ticker_principal=s.ticker_principal, require_signatures=not s.insecure,
+            worker=self.name, max_bytes=MAX_RECORD_BYTES,
+            admins=(s.admin_principal,) if s.admin_principal else (),
+            # Accelerated time (demos, tests): producers stamping the wall clock lag the
+            # cluster by more than the dedupe window, so the replay window is off there.
+            replay_window=s.time_scale <= 1.0)
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=s.bootstrap, group_id=s.group,
             group_instance_id=s.instance_id or None, enable_auto_commit=False,
@@ -231,7 +251,9 @@ class Worker:
             loop = asyncio.get_running_loop()
 
             def state() -> dict[str, Any]:
-                return asyncio.run_coroutine_threadsafe(self.state_report(), loop).result(10)
+                report = asyncio.run_coroutine_threadsafe(self.state_report(), loop).result(10)
+                # Every partition's entry says how its inputs are trusted (loud when not).
+                return {p: {**v, **self.security()} for p, v in report.items()}
 
             from streams.state_api import http_routes
 
@@ -245,9 +267,14 @@ class Worker:
             routes = http_routes(self.state_api, on_loop)
             self._server = MetricsServer(self.metrics, s.metrics_host, s.metrics_port,
                                          health=self._health, state=state,
-                                         ready=self._readiness, routes=routes).start()
+                                         ready=self._readiness, routes=routes,
+                                         non_loopback=s.metrics_non_loopback).start()
             self.log.info("metrics.listening", address=f"{s.metrics_host}:{self.metrics_address[1]}"
                           if self.metrics_address else None)
+        if s.insecure:
+            # Loud on purpose: in this mode `actor` is a claim anyone can forge.
+            print(f"allot worker: WARNING: {INSECURE_WARNING}", file=sys.stderr, flush=True)
+            self.log.warning("worker.insecure_dev", detail=INSECURE_WARNING)
         self.log.info("worker.started", bootstrap=s.bootstrap, group=s.group,
                       partitions=self.partitions, clusters=list(s.clusters),
                       core=native.status().name)
@@ -323,7 +350,8 @@ class Worker:
         """
         async with self._lock:
             return {str(p): {"journal_offset": st.own.last, "claim_offset": st.claim_offset,
-                             "token": st.token, "next_inbox_offset": st.next_offset,
+                             # Never the claim token: the journal's fence trusts it.
+                             "next_inbox_offset": st.next_offset,
                              "clusters": {c: {"fingerprint": e.state.fingerprint(),
                                               "now": e.state.now, "position": e.state.position}
                                           for c, e in sorted(st.engines.items())}}
@@ -338,9 +366,25 @@ class Worker:
         return {"ready": ready, "worker": self.name, "partitions": sorted(self.owned),
                 "clusters": sorted(owned), "unticked": unticked}
 
+    def _sealed(self, p: int, value: bytes,
+                headers: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+        """``headers`` with this worker's seal of the record (identity.journal_seal)."""
+        if self._seal_check is None:
+            return headers
+        h = dict(headers)
+        inbox = h.get(HEADER_INBOX_OFFSET)
+        return [*headers, seal(self.key, p, h[HEADER_KIND].decode(), h[HEADER_OWNER].decode(),
+                               int(inbox) if inbox is not None else None, value)]
+
     def _health(self) -> dict[str, Any]:
         return {"worker": self.name, "partitions": sorted(self.owned),
-                "clusters": sorted(self.owned_clusters())}
+                "clusters": sorted(self.owned_clusters()), **self.security()}
+
+    def security(self) -> dict[str, Any]:
+        """How inputs are trusted, for every status page (loud when they are not checked)."""
+        if self.settings.insecure:
+            return {"security": "INSECURE-DEV", "warning": INSECURE_WARNING}
+        return {"security": "signed"}
 
     # -- the group ---------------------------------------------------------------------------
 
@@ -410,7 +454,7 @@ class Worker:
         claim = Claim(token=token, worker=self.name, partition=p, at=time.time())
         md = await self._producer.send_and_wait(
             self.journal, encode_claim(claim), key=b"claim", partition=p,
-            headers=journal_headers(KIND_CLAIM, token))
+            headers=self._sealed(p, encode_claim(claim), journal_headers(KIND_CLAIM, token)))
         claim_offset = int(md.offset)
 
         def rejected(m: snapshots.Manifest, why: str) -> None:
@@ -434,10 +478,12 @@ class Worker:
             m = restored.manifest
             fold = PartitionFold(p, engines=restored.engines, fence=restored.fence,
                                  last_inbox_offset=m.inbox_offset,
-                                 on_anomaly=self._anomaly_logger(log))
+                                 on_anomaly=self._anomaly_logger(log),
+                                 seal_check=self._seal_check)
             start = m.journal_offset + 1
         else:
-            fold = PartitionFold(p, on_anomaly=self._anomaly_logger(log))
+            fold = PartitionFold(p, on_anomaly=self._anomaly_logger(log),
+                                 seal_check=self._seal_check)
             start = 0
         t_snap = time.perf_counter()
         async for batch in read_until(self._reader, self.journal, p, start, claim_offset,
@@ -460,9 +506,10 @@ class Worker:
             futs = []
             for cluster, decisions in missing.items():
                 for d in decisions:
+                    value = encode(d)
                     futs.append(await self._producer.send(
-                        self.journal, encode(d), key=cluster.encode(), partition=p,
-                        headers=journal_headers(KIND_DECISION, token)))
+                        self.journal, value, key=cluster.encode(), partition=p,
+                        headers=self._sealed(p, value, journal_headers(KIND_DECISION, token))))
                 log.info("journal.recovered", cluster=cluster, decisions=[d.id for d in decisions])
             st.own.wrote([(await f).offset for f in futs])
         for c in self.settings.clusters:
@@ -520,13 +567,16 @@ class Worker:
         if not isinstance(outcome, Accepted):
             self.log.warning("clock.first_tick_refused", cluster=cluster)
             return
-        futs = [await self._producer.send(self.journal, outcome.value, key=cluster.encode(),
-                                          partition=st.partition,
-                                          headers=journal_headers(KIND_INPUT, st.token))]
+        futs = [await self._producer.send(
+            self.journal, outcome.value, key=cluster.encode(), partition=st.partition,
+            headers=self._sealed(st.partition, outcome.value,
+                                 journal_headers(KIND_INPUT, st.token)))]
         for d in outcome.derived:
-            futs.append(await self._producer.send(self.journal, encode(d), key=cluster.encode(),
-                                                  partition=st.partition,
-                                                  headers=journal_headers(KIND_DECISION, st.token)))
+            value = encode(d)
+            futs.append(await self._producer.send(
+                self.journal, value, key=cluster.encode(), partition=st.partition,
+                headers=self._sealed(st.partition, value,
+                                     journal_headers(KIND_DECISION, st.token))))
         st.own.wrote([int((await f).offset) for f in futs])
 
     def _anomaly_logger(self, log: Any) -> Callable[[str, Any, str], None]:
@@ -697,7 +747,8 @@ class Worker:
                 lst = futs.setdefault(p, [])
                 for i, (cluster, value, headers) in enumerate(records):
                     lst.append(await producer.send(self.journal, value, key=cluster.encode(),
-                                                   partition=p, headers=headers))
+                                                   partition=p,
+                                                   headers=self._sealed(p, value, headers)))
                     self._sends += 1
                     mid_group = i + 1 < len(records) \
                         and records[i + 1][2][0][1] == KIND_DECISION.encode()

@@ -47,3 +47,17 @@ def _own_run_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     """
     if "ALLOT_RUN_DIR" not in os.environ:
         monkeypatch.setenv("ALLOT_RUN_DIR", str(tmp_path_factory.mktemp("run")))
+
+
+@pytest.fixture(autouse=True)
+def _own_key_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test (and every ``allot`` it starts) has a key directory of its own.
+
+    ``allot up`` creates keys and the verbs sign with them (``identity.local``):
+    without this, one test's stack would leave keys that sign another test's
+    inputs, and the suite would write into the user's ~/.config/allot/keys.
+    Subprocesses inherit it: the tests drop ``ALLOT_*`` but keep
+    ``XDG_CONFIG_HOME``.
+    """
+    if "ALLOT_KEY_DIR" not in os.environ:
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))

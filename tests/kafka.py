@@ -92,7 +92,9 @@ def worker_settings(bootstrap: str, prefix: str, clusters: tuple[str, ...], **kw
         bootstrap=bootstrap, topic_prefix=prefix, clusters=clusters, partitions=4,
         group=f"{prefix}workers", tick_key=TICK_KEY, session_timeout_ms=6000,
         heartbeat_interval_ms=1000, log_format="json", log_level="warning",
-        snapshot_every_records=0, snapshot_every_s=0)
+        snapshot_every_records=0, snapshot_every_s=0,
+        # These tests publish unsigned inputs; the identity tests turn signatures on.
+        require_signatures=False)
     values.update(kw)
     return config.load(environ={}, flags=values)
 

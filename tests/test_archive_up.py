@@ -51,7 +51,9 @@ def _env(port: int) -> dict[str, str]:
 def _up(tmp: Path, port: int) -> tuple[subprocess.Popen[str], str, list[str]]:
     proc = subprocess.Popen([sys.executable, "-m", "allot", "up", "--log-dir", str(tmp / "logs"),
                              "--cluster", CLUSTER, "--no-executor", "--time-scale", "1",
-                             "--tick-interval-s", "0.5"],
+                             "--tick-interval-s", "0.5",
+                             # The test publishes unsigned inputs straight to the inbox.
+                             "--insecure-dev"],
                             cwd=REPO, env=_env(port), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None

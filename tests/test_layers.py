@@ -36,7 +36,7 @@ ALLOWED: dict[str, set[str]] = {
     "allot": {"events", "projections", "scheduler", "simulator", "audit", "streams", "native",
               "whatif", "forecast", "archive", "identity", "monitor", "executor"},
     # Keys and signatures; its audit verb reads the journal through streams.
-    "identity": {"events", "streams"},
+    "identity": {"events", "streams", "projections", "scheduler"},
     # The dashboard's static page and where it lies: imports nothing of allot.
     "dashboard": set(),
     # The real executor: reads the journal and publishes through streams' client.

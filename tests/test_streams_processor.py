@@ -104,7 +104,8 @@ def test_an_input_signed_by_its_actor_is_accepted() -> None:
 
 def test_require_signatures_dead_letters_unsigned_inputs() -> None:
     out = make(require_signatures=True).handle(rec(encode(SUBMIT)), {})
-    assert isinstance(out, Dead) and out.letter.reason == "unsigned"
+    assert isinstance(out, Dead) and out.letter.reason == "unauthenticated" \
+        and out.letter.detail.startswith("unsigned")
 
 
 def test_a_repeated_id_is_skipped() -> None:
