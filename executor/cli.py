@@ -88,7 +88,8 @@ def register(executor_parser: argparse.ArgumentParser) -> None:
     p.add_argument("--principal", default=EXECUTOR_PRINCIPAL,
                    help=f"the actor of its reports (default {EXECUTOR_PRINCIPAL})")
     p.add_argument("--key-file", default=None, metavar="FILE",
-                   help="sign reports as --principal with the Ed25519 secret in FILE")
+                   help="sign reports as --principal with the Ed25519 secret in FILE (default: "
+                        "--principal's key in the local key directory, if any)")
     p.add_argument("--log-format", default="auto", help="json, console or auto")
     p.set_defaults(func=_main)
 
@@ -107,7 +108,11 @@ def _main(args: Any) -> int:
         ids = gpu_ids(args.gpus, args.gpu_ids)
         settings = discovered_settings(args)
         key = None
-        if args.key_file:
+        if not args.key_file:
+            from identity.local import Keychain
+
+            key = Keychain().secret(args.principal)  # allot up made it; None: unsigned
+        else:
             try:
                 key = Path(args.key_file).read_text().splitlines()[0].strip().encode()
             except (OSError, IndexError) as exc:

@@ -8,7 +8,9 @@ provider: it creates (or reuses) keys in the local key directory
   settings (``admin_principal``, ``admin_public_key``): no bootstrap race;
 - the local command-line user (``$ALLOT_ACTOR`` or the login name): admin,
   operator and manager, so the README's commands work as typed;
-- ``allot.executor``: the simulated executor, for every host;
+- ``allot.executor``: the simulated executor and ``allot executor local``
+  on this machine, for every host;
+- ``allot.monitor``: ``allot monitor`` on this machine, for every host;
 
 and publishes their ``principal.registered`` events, signed by ``admin``,
 before the worker starts. Their ids are fixed (the key id in the id), so a
@@ -26,6 +28,7 @@ from identity.local import Keychain
 
 ADMIN = "admin"
 EXECUTOR = "allot.executor"
+MONITOR = "allot.monitor"
 ADMIN_ROLES = (Role.ADMIN, Role.OPERATOR, Role.MANAGER)
 
 
@@ -50,7 +53,7 @@ def registration(keychain: Keychain, cluster: str, principal: str, roles: Iterab
 
 def local_registrations(keychain: Keychain, clusters: Iterable[str],
                         user: str) -> list[PrincipalRegistered]:
-    """What ``allot up`` registers in each cluster: the admin, the local user, the executor."""
+    """What ``allot up`` registers in each cluster: the admin, the local user, executor, monitor."""
     out: list[PrincipalRegistered] = []
     for c in clusters:
         # The admin registers itself first: its key is the configured one.
@@ -58,4 +61,5 @@ def local_registrations(keychain: Keychain, clusters: Iterable[str],
         if user != ADMIN:
             out.append(registration(keychain, c, user, ADMIN_ROLES))
         out.append(registration(keychain, c, EXECUTOR, (Role.EXECUTOR,), hosts=(ANY,)))
+        out.append(registration(keychain, c, MONITOR, (Role.MONITOR,), hosts=(ANY,)))
     return out

@@ -71,9 +71,11 @@ def register(subparsers: Any) -> None:
     g.add_argument("--config", default=None, metavar="FILE", help="the worker's TOML settings")
     g.add_argument("--cluster", default=None, help="the cluster (default: the first configured)")
     g.add_argument("--actor", default=None,
-                   help="who publishes (default: monitor-HOST)")
+                   help="who publishes (default: allot.monitor when the local key directory "
+                        "holds its key, as allot up makes it; else monitor-HOST)")
     g.add_argument("--key-file", default=None, metavar="FILE",
-                   help="sign every event as --actor with the secret in FILE (first line)")
+                   help="sign every event as --actor with the secret in FILE (first line; "
+                        "default: --actor's key in the local key directory, if any)")
     g.add_argument("--timeout", type=float, default=30.0,
                    help="seconds to wait for the journal after publishing (default 30)")
     g.add_argument("--json", action="store_true", help="print each check as a JSON line")
@@ -121,9 +123,21 @@ def checks_of(args: Any) -> list[Check]:
     return out
 
 
+def _default_actor(host: str) -> str:
+    """``allot.monitor`` where this machine holds its key (``allot up`` made it), else monitor-HOST."""
+    from identity.bootstrap import MONITOR
+    from identity.local import Keychain
+
+    return MONITOR if Keychain().secret(MONITOR) is not None else f"monitor-{host}"
+
+
 def _signer(actor: str, key_file: str | None) -> tuple[str, bytes] | None:
+    """Sign as ``actor`` with the key in ``key_file``, else with its key in the local key directory."""
     if not key_file:
-        return None
+        from identity.local import Keychain
+
+        secret = Keychain().secret(actor)
+        return (actor, secret) if secret is not None else None
     try:
         lines = open(key_file).read().splitlines()  # noqa: SIM115 - read once
     except OSError as exc:
@@ -191,7 +205,7 @@ def _monitor(args: Any) -> int:
     logs.configure("auto", "info")
     settings = discovered_settings(args)
     cluster = args.cluster or settings.clusters[0]
-    actor = args.actor or f"monitor-{args.host}"
+    actor = args.actor or _default_actor(args.host)
     signer = _signer(actor, args.key_file)
     state = initial_state(_known_health(args.url, cluster, args.host))
     return asyncio.run(_run(settings.bootstrap, settings.topic_prefix, cluster, actor, signer,

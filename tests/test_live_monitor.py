@@ -70,7 +70,8 @@ def test_monitor_faults_and_repairs_a_host(kafka: str, tmp_path: Path) -> None:
                 if not k.startswith("ALLOT_") and k != "KAFKA_BOOTSTRAP_SERVERS"}
         penv.update(ALLOT_CORE="pure", FAKE_NVIDIA_SMI_OUTPUT=str(answer),
                     PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-                    ALLOT_RUN_DIR=str(tmp_path / "run"))
+                    ALLOT_RUN_DIR=str(tmp_path / "run"),
+                    ALLOT_KEY_DIR=str(tmp_path / "no-keys"))  # no local key: unsigned
         log = (tmp_path / "monitor.out").open("wb")
         proc = subprocess.Popen(
             [sys.executable, "-m", "allot", "monitor", "--host", "h1", "--interval", "0.2",
@@ -138,16 +139,31 @@ def test_a_signed_monitor_on_a_worker_that_requires_signatures(kafka: str, tmp_p
     try:
         now = int(time.time())
         env = dict(at=now, cluster=C, actor="root", source="test")
-        for e in (BudgetNodeDefined(id="b0", path="lab", shares=1, managers=("root",), **env),
-                  HostAdded(id="h1", host="h1", gpus=8, **env)):
+        from events import PrincipalRegistered
+
+        mon_pub = keys.public_hex(keys.public_of(mon_secret.encode()))
+        root_pub = keys.public_hex(keys.public_of(root_secret.encode()))
+        # root is the configured first admin: it registers itself as operator and
+        # manager too, then the monitor for h1 (ids are per signer: '<signer>:...').
+        for e in (PrincipalRegistered(id="root:reg-root", principal="root", public_key=root_pub,
+                                      key_id=keys.key_id(keys.public_from_hex(root_pub)),
+                                      roles=("admin", "operator", "manager"), **env),
+                  BudgetNodeDefined(id="root:b0", path="lab", shares=1, managers=("root",), **env),
+                  HostAdded(id="root:h1", host="h1", gpus=8, **env),
+                  PrincipalRegistered(id="root:reg-mon", principal="monitor-h1",
+                                      public_key=mon_pub,
+                                      key_id=keys.key_id(keys.public_from_hex(mon_pub)),
+                                      roles=("monitor",), hosts=("h1",), **env)):
             live.send(e, sign_as=("root", root_secret))
-        live.start_worker((C,), keyring_file=str(ring), require_signatures=True)
+        live.start_worker((C,), keyring_file=str(ring), require_signatures=True,
+                          admin_principal="root")
         live.wait_event(C, lambda e: isinstance(e, HostAdded), timeout=30, what="h1 added")
         penv = {k: v for k, v in os.environ.items()
                 if not k.startswith("ALLOT_") and k != "KAFKA_BOOTSTRAP_SERVERS"}
         penv.update(ALLOT_CORE="pure", FAKE_NVIDIA_SMI_OUTPUT=str(answer),
                     PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-                    ALLOT_RUN_DIR=str(tmp_path / "run"))
+                    ALLOT_RUN_DIR=str(tmp_path / "run"),
+                    ALLOT_KEY_DIR=str(tmp_path / "no-keys"))  # no local key: unsigned
         base = [sys.executable, "-m", "allot", "monitor", "--host", "h1", "--interval", "0.1",
                 "--fault-after", "2", "--looks", "2", "--bootstrap", kafka, "--topic-prefix",
                 prefix, "--cluster", C, "--json", "--timeout", "15"]
