@@ -333,7 +333,7 @@ def signed_live(kafka: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     ring.write_text("[keys]\n" + "".join(f'"{n}" = "{k}"\n' for n, k in pub.items()))
     lv = Live(kafka, unique_prefix(), watch_inbox=True).start()
     lv.start_worker((SIGNED,), time_scale=1.0, tick_interval_s=0.25, keyring_file=str(ring),
-                    require_signatures=True)
+                    require_signatures=True, admin_principal="admin")
     try:
         yield lv
     finally:
@@ -346,9 +346,24 @@ def test_reports_are_signed_with_the_executors_key(signed_live: Live, tmp_path: 
 
     live = signed_live
     live.wait_event(SIGNED, lambda e: isinstance(e, ClockTicked), what="the first tick")
-    mk = Inputs(cluster=SIGNED, prefix="sg-")
+    from events import PrincipalRegistered
+    from identity import keys
+
+    mk = Inputs(cluster=SIGNED, prefix="admin:sg-")  # ids are per signer
     now = int(time.time())
-    for e in (mk.node("lab", managers=("admin",), at=now), mk.node("lab/a", at=now),
+
+    def register(name: str, secret: str, roles: tuple[str, ...], hosts: tuple[str, ...] = ()
+                 ) -> PrincipalRegistered:
+        pub = keys.public_hex(keys.public_of(secret.encode()))
+        return PrincipalRegistered(id=f"admin:reg-{name}", at=now, cluster=SIGNED, actor="admin",
+                                   source="test", principal=name, public_key=pub,
+                                   key_id=keys.key_id(keys.public_from_hex(pub)), roles=roles,
+                                   hosts=hosts)
+
+    # The configured admin registers itself (operator, manager) and the executor for h0.
+    for e in (register("admin", ADMIN_SECRET, ("admin", "operator", "manager")),
+              register("allot.executor", EXEC_SECRET, ("executor",), ("h0",)),
+              mk.node("lab", managers=("admin",), at=now), mk.node("lab/a", at=now),
               mk.host("h0", gpus=4, at=now, actor="admin"),
               mk.submit("job", "lab/a", 1, 0, at=now, user="admin", command=_sh("exit 0"))):
         live.send(e, sign_as=("admin", ADMIN_SECRET))
