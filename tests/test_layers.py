@@ -39,14 +39,16 @@ ALLOWED: dict[str, set[str]] = {
     "identity": {"events", "streams", "projections", "scheduler"},
     # The dashboard's static page and where it lies: imports nothing of allot.
     "dashboard": set(),
-    # The real executor: reads the journal and publishes through streams' client.
-    "executor": {"events", "streams"},
+    # The real executor: reads the journal and publishes through streams' client,
+    # signing with its local key (identity).
+    "executor": {"events", "streams", "identity"},
     # The what-if driver runs the core; its history reader and report use the audit.
     "whatif": {"events", "projections", "scheduler", "audit"},
     # Forecasts are pure: a state snapshot and assumptions in, a start estimate out.
     "forecast": {"events", "projections", "scheduler"},
-    # The host monitor: health checks in, host events out through the streams client.
-    "monitor": {"events", "streams"},
+    # The host monitor: health checks in, host events out through the streams client,
+    # signed with its local key (identity).
+    "monitor": {"events", "streams", "identity"},
 }
 
 # Libraries of the edges that the pure core must not import (I/O, terminals, databases).

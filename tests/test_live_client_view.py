@@ -77,7 +77,9 @@ def test_allot_top_once_reads_a_live_journal(kafka: str) -> None:
         live.wait_event("top-a", lambda e: isinstance(e, ClockTicked), what="a tick")
         mk = Inputs(cluster="top-a", prefix="t-")
         now = int(time.time())
-        live.send_many([mk.node("lab", managers=("admin",), at=now), mk.node("lab/a", at=now),
+        # The policy before 2026-12-04 (full protection, time slicing): big keeps its GPUs.
+        live.send_many([mk.policy(at=now, preemption_rule="fair_share", borrowed_protection_s=None),
+                        mk.node("lab", managers=("admin",), at=now), mk.node("lab/a", at=now),
                         mk.node("lab/b", at=now), mk.host("h0", at=now),
                         mk.submit("big", "lab/a", gpus=8, min_runtime_s=600, at=now),
                         mk.submit("wait1", "lab/b", gpus=4, min_runtime_s=600, at=now),

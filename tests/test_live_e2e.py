@@ -32,12 +32,19 @@ def live(kafka: str) -> Iterator[Live]:
         lv.close()
 
 
-def setup(live: Live, cluster: str, hosts: int = 1, leaves: tuple[str, ...] = ("a", "b")) -> Inputs:
+# The policy before 2026-12-04: every funded start protected for its minimum
+# runtime, and fair-share time slicing between leaves.
+TIME_SLICING = {"preemption_rule": "fair_share", "borrowed_protection_s": None}
+
+
+def setup(live: Live, cluster: str, hosts: int = 1, leaves: tuple[str, ...] = ("a", "b"),
+          policy: dict[str, object] | None = None) -> Inputs:
     """Wait for the cluster's clock, then define a budget tree and hosts; return the factory."""
     live.wait_event(cluster, lambda e: isinstance(e, ClockTicked), what=f"{cluster}'s first tick")
     mk = Inputs(cluster=cluster, prefix=f"{cluster}-")
     now = int(time.time())
-    events: list[Event] = [mk.node("lab", managers=("admin",), at=now)]
+    events: list[Event] = [mk.policy(at=now, **policy)] if policy else []
+    events += [mk.node("lab", managers=("admin",), at=now)]
     events += [mk.node(f"lab/{leaf}", at=now) for leaf in leaves]
     events += [mk.host(f"h{i}", gpus=8, at=now) for i in range(hosts)]
     live.send_many(events)
@@ -80,7 +87,7 @@ def test_a_better_ranked_arrival_reclaims_an_unallocated_workload(live: Live) ->
 
 def test_protection_holds_until_the_minimum_runtime_then_time_slicing(live: Live) -> None:
     cluster = "e2e-protect"
-    mk = setup(live, cluster)
+    mk = setup(live, cluster, policy=TIME_SLICING)
     live.send(mk.submit("long", "lab/a", gpus=8, min_runtime_s=60, resumable=True, at=now()))
     first = live.wait_event(cluster, started("long"), what="the first workload to start")
     assert first.protected_until == first.at + 60

@@ -19,8 +19,10 @@ start = "2026-01-05T00:00:00+00:00"
 [policy]
 team_depth = 1
 # Every funded start protected for its minimum runtime (a value at least the
-# cap), so the newcomer's moment is the victim's protection end.
+# cap), and fair-share time slicing, so the newcomer's moment is the victim's
+# protection end.
 borrowed_protection_s = 28800
+preemption_rule = "fair_share"
 [cluster]
 id = "clock"
 hosts = 1
