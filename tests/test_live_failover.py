@@ -68,6 +68,12 @@ class Feed:
         at = int(time.time())
         events: list[Event] = []
         for mk in self.mk.values():
+            # Nothing here ever finishes: under time slicing (the policy before
+            # 2026-12-04) the full cluster keeps producing preemption and start
+            # groups, the decisions these tests crash workers in the middle of.
+            # Under the default reclaim rule it goes quiet once each side holds
+            # its guarantee.
+            events += [mk.policy(at=at, preemption_rule="fair_share", borrowed_protection_s=None)]
             events += [mk.node("lab", managers=("admin",), at=at), mk.node("lab/a", at=at),
                        mk.node("lab/b", at=at)]
             events += [mk.host(f"h{i}", gpus=8, at=at) for i in range(4)]
