@@ -12,8 +12,13 @@ The live system on Kafka (``streams/``; docs/live.md, docs/live-clients.md):
     allot worker              the scheduling worker (one consumer group schedules every cluster)
     allot submit / cancel / budget / host   publish an input and print what it caused
     allot executor            the simulated executor: runs started work, reports finishes
+    allot executor local      run real commands on one host's GPUs (like slurmd; docs/executor.md)
+    allot monitor             watch one host's GPUs (nvidia-smi), report faults and repairs
+    allot keys / sign         local Ed25519 keys, principals on the log; sign a record for kcat
     allot projections         the Faust usage projections and their loopback endpoint
     allot top                 the live queue, ranked with its sort metric, and the running set
+    allot queue / hosts / history / budget show / explain ID   the live state (squeue, sinfo,
+                              sacct, sshare), with --json
     allot whatif HISTORY      re-simulate a recorded period under another policy, side by side
     allot forecast WORKLOAD   when will a pending workload start, and what it waits on
     allot journal ...         read the live journal (export it for the audit)
