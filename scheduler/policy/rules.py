@@ -132,7 +132,8 @@ class BudgetRule(Rule):
     def __init__(self, ranking: Ranking, candidate: Workload, due: Due | None = None,
                  guarantees: Guarantees | None = None) -> None:
         # Without a due reservation, allocated work on more hosts than the
-        # candidate's is never taken (``reason``); a due one may take any. A reclaiming rule is asked about every gang and says itself which it
+        # candidate's is never taken (``reason``); a due one may take any. A
+        # reclaiming rule is asked about every gang and says itself which it
         # may take, unless the candidate can reclaim from nobody (then its
         # answers are the span-limited ones, ``Guarantees.may_reclaim``).
         reclaiming = guarantees is not None and guarantees.may_reclaim(candidate.budget,
