@@ -248,14 +248,11 @@ def _check(s: WorkerSettings) -> WorkerSettings:
         raise bad("log_format", f"must be one of {', '.join(_LOG_FORMATS)}")
     if s.log_level not in _LOG_LEVELS:
         raise bad("log_level", f"must be one of {', '.join(_LOG_LEVELS)}")
-    if s.metrics_host in ("0.0.0.0", "::", ""):
-        raise bad("metrics_host", "must be a specific address (loopback by default), "
-                                  "never every interface")
-    if not s.metrics_non_loopback:
-        problem = loopback_problem(s.metrics_host)
-        if problem is not None:
-            raise bad("metrics_host", problem + "; set metrics_non_loopback to serve "
-                                                "another address")
+    problem = bind_problem(s.metrics_host, s.metrics_non_loopback)
+    if problem is not None:
+        raise bad("metrics_host", problem + ("" if s.metrics_non_loopback else
+                                             "; set metrics_non_loopback to serve another "
+                                             "address"))
     if not s.ticker_principal:
         raise bad("ticker_principal", "must not be empty")
     if s.admin_public_key:
@@ -268,13 +265,8 @@ def _check(s: WorkerSettings) -> WorkerSettings:
     return s
 
 
-def loopback_problem(host: str) -> str | None:
-    """None when every address ``host`` resolves to is loopback, else why not.
-
-    A string check is not enough: ``0`` binds every interface, a name may
-    resolve anywhere. So the host is resolved (``socket.getaddrinfo``) and each
-    address must be a loopback one (127.0.0.0/8, ::1).
-    """
+def _resolved(host: str) -> list[Any] | str:
+    """Every IP address ``host`` resolves to (``socket.getaddrinfo``), else why it does not."""
     import ipaddress
 
     if not host or not host.strip():
@@ -285,15 +277,54 @@ def loopback_problem(host: str) -> str | None:
         return f"{host!r} does not resolve ({exc})"
     if not infos:
         return f"{host!r} resolves to no address"
+    out = []
     for info in infos:
         addr = str(info[4][0]).split("%")[0]
         try:
-            ip = ipaddress.ip_address(addr)
+            out.append(ipaddress.ip_address(addr))
         except ValueError:
             return f"{host!r} resolves to {addr!r}, not an IP address"
+    return out
+
+
+def loopback_problem(host: str) -> str | None:
+    """None when every address ``host`` resolves to is loopback, else why not.
+
+    A string check is not enough: ``0`` binds every interface, a name may
+    resolve anywhere. So the host is resolved and each address must be a
+    loopback one (127.0.0.0/8, ::1).
+    """
+    ips = _resolved(host)
+    if isinstance(ips, str):
+        return ips
+    for ip in ips:
         if not ip.is_loopback:
-            return f"{host!r} resolves to {addr}, which is not a loopback address"
+            return f"{host!r} resolves to {ip}, which is not a loopback address"
     return None
+
+
+def every_interface_problem(host: str) -> str | None:
+    """None unless ``host`` is empty or resolves to 0.0.0.0 or :: (in any spelling), else why.
+
+    A name that does not resolve here is let through: a container's host name
+    resolves only on its own network, and binding it fails loudly there if wrong.
+    """
+    if not host or not host.strip():
+        return "an empty host binds every interface"
+    ips = _resolved(host)
+    if isinstance(ips, str):
+        return None
+    for ip in ips:
+        if ip.is_unspecified:
+            return f"{host!r} resolves to {ip}, which binds every interface"
+    return None
+
+
+def bind_problem(host: str, non_loopback: bool) -> str | None:
+    """Why a server may not bind ``host``: loopback only unless ``non_loopback``, never every interface."""
+    if non_loopback:
+        return every_interface_problem(host)
+    return loopback_problem(host)
 
 
 def _build(values: Mapping[str, Any], source: str) -> WorkerSettings:

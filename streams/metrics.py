@@ -31,7 +31,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
-from streams.config import loopback_problem
+from streams.config import bind_problem
 
 CYCLE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -98,13 +98,10 @@ class MetricsServer:
                  routes: Callable[[str, dict[str, str]], tuple[int, str, bytes] | None] | None = None,
                  non_loopback: bool = False,
                  ) -> None:
-        if host in ("0.0.0.0", "::", ""):
-            raise ValueError("the metrics server binds one address, never every interface")
-        if not non_loopback:
-            # Resolved, not compared as a string: "0", "0x0" or a name can mean any interface.
-            problem = loopback_problem(host)
-            if problem is not None:
-                raise ValueError(f"the metrics server serves loopback only: {problem}")
+        # Resolved, not compared as a string: "0", "0x0" or a name can mean any interface.
+        problem = bind_problem(host, non_loopback)
+        if problem is not None:
+            raise ValueError(f"the metrics server may not bind {host!r}: {problem}")
         self.metrics = metrics
         self.health = health or (lambda: {})
         self.stale_after_s = stale_after_s
