@@ -383,8 +383,9 @@ def _main(args: Any) -> int:
     from streams import config
 
     try:
-        if args.host != LOOPBACK and not args.host.startswith("127."):
-            raise ProjectionError(f"--host {args.host}: the endpoint binds loopback only")
+        problem = config.loopback_problem(args.host)
+        if problem is not None:
+            raise ProjectionError(f"--host {args.host}: the endpoint binds loopback only ({problem})")
         settings = config.load(args.config, flags={"bootstrap": args.bootstrap,
                                                    "topic_prefix": args.topic_prefix})
         windows = tuple(parse_window(w) for w in args.window) if args.window else DEFAULT_WINDOWS
