@@ -43,7 +43,7 @@ def rules_checked(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     def checked(self: cycle.Cycle, w: object, due: object = None) -> BudgetRule:
         rule = plain_rule(self, w, due)  # type: ignore[arg-type]
         seen[0] += 1
-        seen[1] += rule.reclaim_rule and not rule.reclaiming  # narrowed: reclaims nobody
+        seen[1] += rule.guarantees is not None and not rule.reclaiming  # narrowed: reclaims nobody
         for v in self.state.workloads.running.values():
             if not v.allocated or v.id in self.gone or len(v.placement) <= rule.span:
                 continue

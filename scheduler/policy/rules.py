@@ -127,7 +127,7 @@ class BudgetRule(Rule):
     """
 
     __slots__ = ("_by_leaf", "_sides", "budget", "commitment", "due", "gpus", "guarantees",
-                 "hosts", "priority", "ranking", "reclaim_rule", "reclaiming")
+                 "hosts", "priority", "ranking", "reclaiming")
 
     def __init__(self, ranking: Ranking, candidate: Workload, due: Due | None = None,
                  guarantees: Guarantees | None = None) -> None:
@@ -146,8 +146,7 @@ class BudgetRule(Rule):
         self.gpus = candidate.gpus
         self.commitment = candidate.gpus * candidate.min_runtime_s
         self.due = due
-        self.guarantees = guarantees
-        self.reclaim_rule = guarantees is not None
+        self.guarantees = guarantees  # None: the fair-share rule
         self.reclaiming = reclaiming  # False: ``reclaims`` says no to every leaf
         # reclaims(), by victim leaf: shared by the cycle's rules of the same
         # leaf and GPUs until the guarantees' holdings move.
@@ -184,7 +183,7 @@ class BudgetRule(Rule):
         if on_due and due is not None and (v.started_at or 0) >= due.since:
             return RESERVATION
         leaf = v.budget
-        if self.reclaim_rule:
+        if self.guarantees is not None:
             if leaf != self.budget and self.reclaims(leaf):
                 return RECLAIM
             if len(v.placement) > self.hosts:
