@@ -11,6 +11,7 @@ The live system on Kafka (``streams/``; docs/live.md, docs/live-clients.md):
     allot up                  a whole live allot here: broker, topics, worker, ticker, executor
     allot worker              the scheduling worker (one consumer group schedules every cluster)
     allot submit / cancel / budget / host   publish an input and print what it caused
+    allot policy show / set   the live cluster's policy knobs; change some (an admin's verb)
     allot executor            the simulated executor: runs started work, reports finishes
     allot executor local      run real commands on one host's GPUs (like slurmd; docs/executor.md)
     allot monitor             watch one host's GPUs (nvidia-smi), report faults and repairs
@@ -19,6 +20,7 @@ The live system on Kafka (``streams/``; docs/live.md, docs/live-clients.md):
     allot top                 the live queue, ranked with its sort metric, and the running set
     allot queue / hosts / history / budget show / explain ID   the live state (squeue, sinfo,
                               sacct, sshare), with --json
+    allot wait ID --for STATE until a workload runs, waits, is preempted or ends (kubectl wait)
     allot whatif HISTORY      re-simulate a recorded period under another policy, side by side
     allot forecast WORKLOAD   when will a pending workload start, and what it waits on
     allot journal ...         read the live journal (export it for the audit)

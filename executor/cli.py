@@ -119,10 +119,12 @@ def _main(args: Any) -> int:
                 raise ExecutorError(f"--key-file: cannot read a key from {args.key_file}") from exc
         logs.configure(args.log_format, "info")
         log = logs.logger(component="executor.local")
-        state_dir = Path(args.state_dir) if args.state_dir else default_state_dir(args.host)
+        # Absolute: each run starts in its own workdir, and reads these paths from there.
+        state_dir = (Path(args.state_dir) if args.state_dir else
+                     default_state_dir(args.host)).absolute()
         ex = LocalExecutor(settings.bootstrap, settings.topic_prefix,
                            args.cluster or settings.clusters[0], args.host, ids, state_dir,
-                           log_dir=Path(args.log_dir) if args.log_dir else None,
+                           log_dir=Path(args.log_dir).absolute() if args.log_dir else None,
                            principal=args.principal, signing_key=key,
                            kill_wait_s=float(args.kill_wait), log=log)
 

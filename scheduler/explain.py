@@ -118,7 +118,25 @@ def explain(state: State, workload_id: str) -> Explanation:
         words.append(f"It has ended: {w.status}.")
     if exp.last_preemption is not None:
         words.append(_preemption_sentence(state, w.budget, *exp.last_preemption))
+        if w.status == PENDING:
+            words.append("It was requeued" + (": it resumes from its last checkpoint when it "
+                                              "starts again." if w.resumable else
+                                              " (not resumable: its next run starts over)."))
+    words.extend(_stopping_sentences(state, w.id))
     return exp
+
+
+def _stopping_sentences(state: State, workload: str) -> list[str]:
+    """A preempted run of ``workload`` still stopping under the grace: what it holds, how long."""
+    out = []
+    for (wid, run), (placement, until, _by) in sorted(state.stopping.items()):
+        if wid != workload:
+            continue
+        hosts = ", ".join(f"{h}:{g}" for h, g in placement)
+        out.append(f"Its preempted run {run} is stopping (SIGTERM sent): its GPUs ({hosts}) take "
+                   f"no other work until its executor reports it stopped, or the grace ends at "
+                   f"{date_text(until)}, when it is killed.")
+    return out
 
 
 # Why a preemptor could take the victim's GPUs, per preemption reason.
@@ -134,8 +152,18 @@ _BECAUSE = {
 }
 
 
+# A host's fault stops the work on it; ``by`` names the host.
+_HOST_REASONS = {
+    "host_failure": "failed, which ends its work at once, protected or not",
+    "host_drain": "was faulty (degraded), and drains each run once its minimum runtime ends",
+}
+
+
 def _preemption_sentence(state: State, leaf: str, reason: str, by: str | None, at: int) -> str:
     """The last preemption in words: when, by whom, and why they outranked this workload."""
+    if reason in _HOST_REASONS:
+        return (f"It was last preempted on {date_text(at)} ({reason}): its host {by or '?'} "
+                f"{_HOST_REASONS[reason]}.")
     words = f"It was last preempted on {date_text(at)} ({reason}"
     if by is None:
         return words + ")."
@@ -222,6 +250,11 @@ def _explain_pending(state: State, w, exp: Explanation) -> None:
         words.append("It could preempt its way in now, but this cycle's preemption searches ran "
                      "out before its turn; the next cycle tries again.")
     else:
-        words.append("The GPUs it needs are held by allocations that rank ahead of its own (or by "
-                     "its own higher-priority work); it starts as that work ends or as fair share "
-                     "turns in its favour.")
+        words.append("The GPUs it needs are held by work it may not take: allocations that rank "
+                     "ahead of its own, or work of its own allocation with the same or a higher "
+                     "priority; it starts as that work ends or as fair share turns in its favour.")
+        faulty = sorted(h for h, host in state.cluster_state.hosts.items()
+                        if not host.schedulable and host.gpus >= w.gpus_per_host)
+        if faulty:
+            words.append(f"Faulty hosts big enough for it are out until repaired: "
+                         f"{', '.join(faulty)}.")

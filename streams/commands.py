@@ -1,4 +1,4 @@
-"""The command-line verbs that publish inputs: ``allot submit``, ``cancel``, ``budget``, ``host``.
+"""The command-line verbs that publish inputs: ``allot submit``, ``cancel``, ``budget``, ``host``, ``policy``.
 
 Each verb builds one input event, publishes it with ``streams.client.Client``
 and waits for the journal (``Client.request``): it prints whether the input
@@ -177,6 +177,76 @@ def register(subparsers: Any) -> None:
     p.add_argument("--block", default=None)
     common(p)
     p.set_defaults(func=_guarded(_add_host))
+
+    pol = subparsers.add_parser("policy", help="show or change the live cluster's policy knobs",
+                                description="The scheduling policy of a live cluster "
+                                            "(docs/events.md, policy.configured).")
+    psub = pol.add_subparsers(title="policy commands", metavar="COMMAND")
+    pol.set_defaults(func=lambda _a: _usage(pol))
+    p = psub.add_parser("show", help="every knob with its value, its default, who set it",
+                        description="Every policy knob of the cluster as the worker holds it "
+                                    "(its state API), marked where it differs from the default.")
+    p.add_argument("--url", default=None, help="the state API (default: the running allot up's)")
+    p.add_argument("--cluster", default=None, help="the cluster (default: the first)")
+    p.add_argument("--json", action="store_true", help="print the API's JSON answer")
+    p.set_defaults(func=_guarded(_policy_show))
+    p = psub.add_parser("set", help="change some knobs (an admin's verb)",
+                        description="Publish policy.configured: the cluster's current policy "
+                                    "(read from the worker's state API) with each KNOB=VALUE "
+                                    "replaced. Durations take 30, 30s, 10m, 2h, 7d, 1:00:00; "
+                                    "`none` clears a knob that may be absent. Only an admin may "
+                                    "configure the policy. Example: allot policy set "
+                                    "preemption_grace_s=30s --actor admin")
+    p.add_argument("knobs", nargs="+", metavar="KNOB=VALUE", help="e.g. preemption_grace_s=30s")
+    p.add_argument("--url", default=None, help="the state API (default: the running allot up's)")
+    p.add_argument("--from-defaults", action="store_true",
+                   help="start from the defaults instead of the current policy (no state API "
+                        "needed)")
+    common(p)
+    p.set_defaults(func=_guarded(_policy_set))
+
+
+def _policy_show(args: Any) -> int:
+    import json
+    import sys
+
+    from streams import policy_knobs
+    from streams.state_cli import get, state_url, when
+
+    data = get(state_url(args.url), "/api/policy", cluster=args.cluster)
+    if args.json:
+        sys.stdout.write(json.dumps(data, indent=1) + "\n")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    base = policy_knobs.defaults()
+    who = (f"set by {data['set_by']} at {when(data['set_at'])} UTC" if data.get("set_by")
+           else "the defaults (no policy.configured on the log)")
+    t = Table(title=f"policy of {data['cluster']}: {who}", title_justify="left",
+              show_edge=False, pad_edge=False)
+    for col in ("knob", "value", "default"):
+        t.add_column(col)
+    for name, value in data["knobs"].items():
+        changed = name in base and value != base[name]
+        t.add_row(name, (f"[bold]{policy_knobs.text(name, value)}[/]" if changed
+                         else policy_knobs.text(name, value)),
+                  policy_knobs.text(name, base.get(name)) if name in base else "")
+    Console(highlight=False).print(t)
+    return 0
+
+
+def _policy_set(args: Any) -> int:
+    from streams import policy_knobs
+    from streams.state_cli import get, state_url
+
+    ctx = _ctx(args)
+    if args.from_defaults:
+        current = policy_knobs.defaults()
+    else:
+        current = get(state_url(args.url), "/api/policy", cluster=ctx.cluster)["knobs"]
+    event = policy_knobs.apply(current, list(args.knobs), **_envelope(ctx, "policy"))
+    return _send(ctx, event)
 
 
 def _usage(parser: Any) -> int:

@@ -20,7 +20,10 @@ The contract (docs/live-clients.md, "Executors"):
 ``ExecutorBook`` is that fold, pure. ``SimulatedExecutor`` plays the runs: a
 workload runs for its ``expected_duration_s`` of the scheduler's time (the
 ticks' ``at``, so at whatever speed the ticker runs), a resumable one keeps its
-progress across preemptions, a non-resumable one starts over.
+progress across preemptions, a non-resumable one starts over. A workload that
+carries a ``command`` is real work: only a real executor (``allot executor
+local``, executor/) runs it, so the simulated one leaves it alone, whatever
+host it is placed on, and the two can serve one cluster side by side.
 """
 
 from __future__ import annotations
@@ -128,6 +131,8 @@ class ExecutorBook:
         self.grace_s = 0
         self.limits: dict[str, int] = {}               # workload -> time_limit_s
         self.stops: list[tuple[str, int]] = []         # preempted runs to report stopped
+        # Workloads with a command: a real executor's to run and report, never played here.
+        self.real: set[str] = set()
 
     # -- the fold ---------------------------------------------------------------------------
 
@@ -146,6 +151,8 @@ class ExecutorBook:
                 self.specs.setdefault(e.workload, (dur, e.resumable))
                 if e.time_limit_s is not None:
                     self.limits.setdefault(e.workload, e.time_limit_s)
+                if e.command:
+                    self.real.add(e.workload)
             return
         if type(e) in (InputRejected, WorkloadRejected) and self._open is not None \
                 and e.cause == self._open.id:
@@ -168,7 +175,7 @@ class ExecutorBook:
             self._stop(e.workload, self.now, requeued=False)  # type: ignore[union-attr]
 
     def _start(self, e: WorkloadStarted) -> None:
-        if e.workload in self.running:
+        if e.workload in self.running or e.workload in self.real:
             return
         dur, _ = self.specs.get(e.workload, (self.default_duration_s, False))
         n = self.runs.get(e.workload, 0) + 1

@@ -13,7 +13,8 @@ answers, per cluster:
   per-level ratio;
 - ``explain``: ``scheduler.explain.explain`` of one workload;
 - ``history``: ended workloads, filtered by user, budget and end time;
-- ``usage`` and ``gantt``: the samples and runs ``RunLog`` collected.
+- ``usage`` and ``gantt``: the samples and runs ``RunLog`` collected;
+- ``policy``: the knobs the cluster runs under, who set them and when.
 
 ``RunLog`` is fed by the worker with every journaled input and decision
 (``observe``). It knows what this worker saw since it claimed the partition;
@@ -302,6 +303,26 @@ class StateApi:
         raise StateError(404, f"no workload {workload!r} on "
                               f"{', '.join(names) if names else 'this worker'}")
 
+    # -- policy -------------------------------------------------------------------------------
+
+    def policy(self, cluster: str | None = None) -> dict[str, Any]:
+        """The cluster's policy knobs (every field of ``policy.configured`` but the envelope)."""
+        import msgspec
+
+        from events import Event, PolicyConfigured
+        from scheduler.state import DEFAULT_POLICY
+
+        c, e = self._engine(cluster)
+        p = e.state.policy
+        envelope = set(Event.__struct_fields__)
+        knobs = {k: v for k, v in msgspec.to_builtins(p).items()
+                 if k in PolicyConfigured.__struct_fields__ and k not in envelope}
+        configured = p.id != DEFAULT_POLICY.id
+        return {"cluster": c, "now": e.state.now, "knobs": knobs,
+                "set_at": p.at if configured else None,
+                "set_by": p.actor if configured else None,
+                "id": p.id if configured else None}
+
     # -- history ------------------------------------------------------------------------------
 
     def history(self, cluster: str | None = None, user: str | None = None,
@@ -408,6 +429,7 @@ def http_routes(api: StateApi, on_loop: Any) -> Any:
                                                 q.get("budget") or None, num(q, "since"),
                                                 num(q, "until")),
             "/api/usage": lambda: api.usage(cl),
+            "/api/policy": lambda: api.policy(cl),
             "/api/gantt": lambda: api.gantt(cl, num(q, "window_s") or 6 * 3600),
         }
         if not path.startswith("/api/"):

@@ -1,4 +1,4 @@
-"""The verbs that read a live allot's state API: ``queue``, ``hosts``, ``budget show``, ``history``, ``explain``.
+"""The verbs that read a live allot's state API: ``queue``, ``hosts``, ``budget show``, ``history``, ``explain``, ``wait``.
 
 Each asks the worker's HTTP server (``streams.state_api``) and prints a table,
 or the JSON answer with ``--json``. Where the server is: ``--url``, else
@@ -222,6 +222,20 @@ def register(subparsers: Any) -> None:
     common(p)
     p.set_defaults(func=_guard(_history))
 
+    p = subparsers.add_parser(
+        "wait", help="wait until a workload is running, pending, ended or preempted",
+        description="Ask the state API until WORKLOAD reaches the state --for names (like "
+                    "`kubectl wait`): running, pending, ended (any end), preempted (preempted "
+                    "at least once, for example by a host fault), or one end: succeeded, "
+                    "failed, cancelled. Exit status 0 reached, 3 not reached within --timeout, "
+                    "2 error.")
+    p.add_argument("workload")
+    p.add_argument("--for", dest="state", required=True, choices=WAIT_STATES)
+    p.add_argument("--timeout", type=duration_value, default=60, metavar="DURATION",
+                   help="how long to wait: 60, 2m (default 60s)")
+    common(p)
+    p.set_defaults(func=_guard(_wait))
+
 
 def register_budget_show(budget_sub: Any) -> None:
     """``allot budget show [PATH]`` under the existing ``budget`` command."""
@@ -262,7 +276,10 @@ def _table(title: str, cols: list[str], rows: list[list[str]]) -> None:
         t.add_column(c)
     for r in rows:
         t.add_row(*r)
-    Console(highlight=False).print(t)
+    # Piped into grep or a file, a table is not cut to 80 columns (rich's default
+    # without a terminal): whole ids and dates, one row per line.
+    wide = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
+    Console(highlight=False, width=200 if wide else None).print(t)
 
 
 def metric_text(levels: list[dict[str, Any]]) -> str:
@@ -421,6 +438,59 @@ def cancel_matching(args: Any) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
+WAIT_STATES = ("running", "pending", "ended", "preempted", "succeeded", "failed", "cancelled")
+EXIT_NOT_YET = 3
+_ENDS = ("succeeded", "failed", "cancelled", "preempted", "rejected")
+
+
+def reached(state: str, explanation: dict[str, Any]) -> bool:
+    """Whether a workload (its ``/api/explain`` answer) is in ``state`` as ``allot wait`` means it."""
+    status = explanation.get("status")
+    if state == "ended":
+        return status in _ENDS
+    if state == "preempted":
+        return explanation.get("last_preemption") is not None or status == "preempted"
+    return bool(status == state)
+
+
+def _wait(args: Any) -> int:
+    import time
+
+    url = state_url(args.url)
+    route = f"/api/explain/{urllib.parse.quote(args.workload, safe='')}"
+    deadline = time.monotonic() + args.timeout
+    data: dict[str, Any] | None = None
+    while True:
+        try:
+            data = get(url, route, cluster=args.cluster)
+        except StateApiError:
+            data = None  # not journaled yet (or the worker restarts): ask again
+        if data is not None and reached(args.state, data):
+            break
+        if time.monotonic() >= deadline:
+            if data is None:
+                raise StateApiError(f"no workload {args.workload!r} after {span(args.timeout)}")
+            if args.json:
+                _out({"reached": False, **data})
+            else:
+                print(f"{args.workload}: still {data.get('status')} after "
+                      f"{span(args.timeout)} (not {args.state}; see `allot explain "
+                      f"{args.workload}`)")
+            return EXIT_NOT_YET
+        time.sleep(0.2)
+    if args.json:
+        _out({"reached": True, **data})
+        return 0
+    where = ""
+    if data.get("status") == "running" and data.get("placement"):
+        where = " on " + ", ".join(f"{host}:{gpus}" for host, gpus in data["placement"])
+    last = data.get("last_preemption")
+    why = (f" (last preempted at {when(last[2])} UTC: {last[0]}" +
+           (f" by {last[1]}" if last[1] else "") + ")") if last else ""
+    print(f"{args.workload}: {data.get('status')}{where} at {when(data.get('now'))} UTC{why}")
+    return 0
+
+
 def live_explain(args: Any) -> int:
     """``allot explain ID`` on the live cluster (no log file given)."""
     data = get(state_url(getattr(args, "url", None)), f"/api/explain/{args.workload}",
@@ -453,6 +523,7 @@ __all__ = [
     "discovered_bootstrap",
     "get",
     "live_explain",
+    "reached",
     "read_run_file",
     "register",
     "register_budget_show",

@@ -137,3 +137,37 @@ def test_durations_and_dates_read_as_words() -> None:
     assert [duration_text(s) for s in (0, 45, 720, 9000, 268_000)] == [
         "0 s", "45 s", "12 min", "2.5 h", "3.1 d"]
     assert date_text(1767571200) == "2026-01-05 00:00:00 UTC"
+
+
+def _failed_host(grace_s: int = 0) -> Sim:
+    """w (resumable, 8 GPUs) runs on h0; o (same leaf) holds half of h1; h0 then fails."""
+    s = Sim(hosts=2, preemption_grace_s=grace_s)
+    s.submit("w", "lab/a", 8, 3600, resumable=True)
+    s.submit("o", "lab/a", 4, 3600)
+    s.tick()
+    assert s.status("w") == "running"
+    s.at(30).fault("h0" if s.state.workloads.all["w"].placement[0][0] == "h0" else "h1",
+                   "failed")
+    s.tick()
+    return s
+
+
+def test_a_host_failure_is_told_as_such_and_the_requeue_with_it() -> None:
+    s = _failed_host()
+    text = " ".join(explain(s.state, "w").summary)
+    host = s.state.last_preemption["w"][1]
+    assert ("It was last preempted on 1970-01-01 00:00:30 UTC (host_failure): its host "
+            f"{host} failed, which ends its work at once, protected or not.") in text
+    assert "It was requeued: it resumes from its last checkpoint when it starts again." in text
+    # Blocked by its own allocation's work on the other host; the faulty one is named.
+    assert f"Faulty hosts big enough for it are out until repaired: {host}." in text
+    assert "work of its own allocation with the same or a higher priority" in text
+
+
+def test_a_run_stopping_under_its_grace_is_told_what_it_holds_and_until_when() -> None:
+    s = _failed_host(grace_s=120)
+    text = " ".join(explain(s.state, "w").summary)
+    host = s.state.last_preemption["w"][1]
+    assert (f"Its preempted run 1 is stopping (SIGTERM sent): its GPUs ({host}:8) take no other "
+            "work until its executor reports it stopped, or the grace ends at "
+            "1970-01-01 00:02:30 UTC, when it is killed.") in text

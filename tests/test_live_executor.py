@@ -120,6 +120,20 @@ def test_under_a_grace_a_preempted_run_is_reported_stopped_once() -> None:
     assert (e.workload, e.run_number, e.id) == ("w", 1, finish_id("c", "w", 1) + ":stopped")
 
 
+def test_work_with_a_command_is_left_to_a_real_executor() -> None:
+    """Runs nothing, reports nothing: not its finish, not its stop under a grace."""
+    mk = Inputs("c", prefix="i")
+    t0, t1 = mk.tick(T), mk.tick(T + 40)
+    book = ExecutorBook("c", default_duration_s=10)
+    ev = [mk.policy(at=T, preemption_grace_s=30),
+          mk.submit("real", "lab/a", gpus=1, min_runtime_s=10, at=T, command=("sleep", "60")),
+          mk.submit("sim", "lab/a", gpus=1, min_runtime_s=10, at=T),
+          t0, _start(t0.id, T, "real", 1), _start(t0.id, T, "sim", 2),
+          t1, _preempt(t1.id, T + 40, "real"), mk.tick(T + 41)]
+    assert _run(book, ev) == [("sim", 1, T + 10)]
+    assert book.take_stops() == [] and "real" not in book.running
+
+
 def test_a_run_ends_failed_at_its_time_limit() -> None:
     mk = Inputs("c", prefix="i")
     t0 = mk.tick(T)
