@@ -22,7 +22,7 @@ import pytest
 from sim_helpers import shipped_log
 
 from scheduler.index import fair_share_order as ranking_mod
-from scheduler.index.fair_share_order import Ranking, FairShareBase, commitments, fair_share_time
+from scheduler.index.fair_share_order import FairShareBase, Ranking, commitments, fair_share_time
 from scheduler.state import State
 
 
