@@ -557,8 +557,31 @@ def live_explain(args: Any) -> int:
     for line in data.get("summary", []):
         con.print(f"- {escape(line)}")
     if data.get("forecast"):
-        con.print(f"forecast: {escape(json.dumps(data['forecast']))}")
+        con.print(f"forecast: {escape(forecast_words(data['forecast']))}")
     return 0
+
+
+def forecast_words(f: dict[str, Any]) -> str:
+    """An ``/api/explain`` forecast in words with dates (never Unix seconds)."""
+    a = f.get("assumptions") or {}
+    if f.get("status") == "running":
+        return f"running since {when(f.get('start'))} UTC"
+    assumes = (f"assumes running work ends at its expected duration (else after "
+               f"{span(a.get('assumed_runtime_s', 4 * 3600))}) and nothing new arrives, "
+               f"cancels or fails")
+    if f.get("status") == "beyond_horizon" or f.get("start") is None:
+        return (f"does not start within {span(a.get('horizon_s'))}; " + assumes)
+    wait = int(f.get("wait_s") or 0)
+    parts = [f"estimated start {when(f['start'])} UTC "
+             f"({'now' if wait <= 0 else 'in ' + span(wait)})"]
+    if f.get("placement"):
+        parts.append("on " + ", ".join(f["placement"]))
+    if f.get("waits_for"):
+        parts.append("once " + ", ".join(f["waits_for"]) + " end(s)")
+    text = " ".join(parts)
+    ahead = int(f.get("ahead") or 0)
+    text += f"; {ahead} workload(s) start before it" if ahead else "; nothing starts before it"
+    return text + "; " + assumes
 
 
 __all__ = [

@@ -8,7 +8,7 @@ const api = (path, extra) => {
   return fetch(path + (p.toString() ? "?" + p : "")).then(r => r.json());
 };
 const when = t => t ? new Date(t * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC" : "-";
-const span = s => s < 120 ? s + "s" : s < 7200 ? Math.floor(s / 60) + "m" : (s / 3600).toFixed(1) + "h";
+const span = s => s < 120 ? s + "s" : s < 7200 ? Math.floor(s / 60) + "m" : s < 172800 ? (s / 3600).toFixed(1) + "h" : (s / 86400).toFixed(1) + "d";
 const esc = s => String(s).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
 const teamOf = b => b.split("/").slice(0, 2).join("/");
 const hues = {};
@@ -30,6 +30,22 @@ async function queue() {
   body.dataset.loaded = String(d.rows.length);
 }
 
+// A forecast (/api/explain's "forecast") in words with dates, as `allot explain` prints it.
+function forecastText(f) {
+  if (!f) return "none available";
+  const a = f.assumptions || {};
+  if (f.status === "running") return `running since ${when(f.start)}`;
+  const assumes = `assumes running work ends at its expected duration (else after ${span(a.assumed_runtime_s ?? 14400)}) and nothing new arrives, cancels or fails`;
+  if (f.status === "beyond_horizon" || f.start == null)
+    return `does not start within ${span(a.horizon_s ?? 0)}; ${assumes}`;
+  const wait = f.wait_s || 0;
+  let t = `estimated start ${when(f.start)} (${wait <= 0 ? "now" : "in " + span(wait)})`;
+  if (f.placement && f.placement.length) t += " on " + f.placement.join(", ");
+  if (f.waits_for && f.waits_for.length) t += ` once ${f.waits_for.join(", ")} end(s)`;
+  t += f.ahead ? `; ${f.ahead} workload(s) start before it` : "; nothing starts before it";
+  return `${t}; ${assumes}`;
+}
+
 async function explain(id) {
   const el = document.getElementById("explain");
   const d = await api("/api/explain/" + encodeURIComponent(id));
@@ -37,7 +53,7 @@ async function explain(id) {
   const lines = [`${d.workload}: ${d.status} in ${d.budget} (${d.gpus} GPUs as ${d.shape}) at ${when(d.now)}`];
   if (d.blocked_by) lines.push(`blocked by: ${d.blocked_by}` + (d.until ? ` until ${when(d.until)}` : ""));
   for (const s of d.summary || []) lines.push("- " + s);
-  lines.push(d.forecast ? "forecast: " + JSON.stringify(d.forecast) : "forecast: none available");
+  lines.push("forecast: " + forecastText(d.forecast));
   el.textContent = lines.join("\n");
   el.dataset.workload = d.workload;
 }
