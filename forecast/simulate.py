@@ -12,7 +12,10 @@ forward the way the simulator does, under stated assumptions:
   queue as it stands implies);
 - cycles run when something finishes and when a protection ends.
 
-It stops when the workload starts, or at ``horizon_s``. It returns the
+It stops when the workload starts, at ``horizon_s``, or after ``max_cycles``
+simulated cycles when set (status ``unfinished``: it starts no earlier than
+``simulated_until``; a bound on the work, counted in cycles, not wall time, so
+the answer stays a pure function of the state). It returns the
 estimated start, where it would run, and what it waits on: the explanation's
 blocker at ``now`` (``scheduler.explain``) and the running workloads whose
 expected ends free the hosts it starts on. Pure: no I/O, no wall clock.
@@ -49,6 +52,7 @@ class Assumptions(msgspec.Struct, frozen=True, kw_only=True):
     assumed_runtime_s: int = 4 * 3600   # run time of work with no expected duration
     overrun_s: int = 600                # work past its expected duration ends this long from now
     horizon_s: int = 14 * 86_400        # look this far ahead at most
+    max_cycles: int = 0                 # simulate at most this many cycles (0: no bound)
     arrivals: bool = False              # new submissions (none: the queue as it stands)
 
 
@@ -57,7 +61,8 @@ class Forecast(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     workload: str
     now: int
-    status: str                      # "pending" | "running" (already started) | "beyond_horizon"
+    # "pending" | "running" (already started) | "beyond_horizon" | "unfinished" (max_cycles)
+    status: str
     start: int | None = None         # estimated start (trusted Unix seconds)
     wait_s: int | None = None        # start - now
     placement: tuple[str, ...] = ()  # hosts it would start on
@@ -66,6 +71,7 @@ class Forecast(msgspec.Struct, kw_only=True, omit_defaults=True):
     ahead: int = 0                   # workloads the forecast starts before it
     cycles: int = 0                  # cycles simulated
     assumptions: Assumptions = Assumptions()
+    simulated_until: int | None = None  # "unfinished": the simulation stopped here, not started
 
 
 def _end_of(w: object, start: int, now: int, a: Assumptions) -> int:
@@ -186,6 +192,13 @@ def _simulate(state0: State, copy: bool, targets: dict[str, str | None], now: in
                             heapq.heappush(heap, (d.protected_until, 1, ""))
                     elif type(d) is WorkloadPreempted and d.requeued:
                         heapq.heappush(heap, (at + 1, 1, ""))
+        if a.max_cycles and cycles >= a.max_cycles and heap and heap[0][0] <= limit:
+            for wid, why in targets.items():
+                if wid not in done:
+                    done[wid] = Forecast(workload=wid, now=now, status="unfinished",
+                                         blocked_by=why, ahead=ahead, cycles=cycles,
+                                         assumptions=a, simulated_until=state.now)
+            return done
         if not heap or heap[0][0] > limit:
             for wid, why in targets.items():
                 if wid not in done:

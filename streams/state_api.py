@@ -302,9 +302,19 @@ class StateApi:
     # -- explain ------------------------------------------------------------------------------
 
     def explain(self, workload: str, cluster: str | None = None) -> dict[str, Any]:
+        out, engine = self.explain_forecast_input(workload, cluster, snapshot=False)
+        out["forecast"] = forecast_hook(engine, workload)
+        return out
+
+    def explain_forecast_input(self, workload: str, cluster: str | None = None,
+                               snapshot: bool = True) -> tuple[dict[str, Any], Any]:
+        """The explanation without its forecast, and a snapshot of the engine's state to
+        forecast from (or the engine itself, ``snapshot=False``): the HTTP route takes both on
+        the worker's loop and simulates outside it (``forecast_hook_from``)."""
         import msgspec
 
         from scheduler.explain import UnknownWorkload, explain
+        from scheduler.snapshot import snapshot_state
 
         engines = self.source.engines()
         names = [cluster] if cluster else sorted(engines)
@@ -318,8 +328,7 @@ class StateApi:
                 continue
             out: dict[str, Any] = msgspec.to_builtins(exp)
             out["cluster"] = name
-            out["forecast"] = forecast_hook(e, workload)
-            return out
+            return out, (snapshot_state(e.state) if snapshot else e)
         raise StateError(404, f"no workload {workload!r} on "
                               f"{', '.join(names) if names else 'this worker'}")
 
@@ -442,10 +451,22 @@ def attach_forecasts(body: dict[str, Any], snapshot: bytes | None,
     return body
 
 
+def forecast_hook_from(snapshot: bytes, workload: str) -> dict[str, Any] | None:
+    """``forecast_hook`` from a snapshot of the state (simulated off the worker's loop)."""
+    try:
+        from forecast.live import forecast_json
+    except Exception:
+        return None
+    try:
+        return forecast_json(snapshot, workload)
+    except Exception:
+        return None
+
+
 _ = (PENDING, RUNNING)
 
 __all__ = ["RunLog", "StateApi", "StateError", "attach_forecasts", "forecast_hook",
-           "usage_sample"]
+           "forecast_hook_from", "usage_sample"]
 
 
 def http_routes(api: StateApi, on_loop: Any) -> Any:
@@ -505,7 +526,14 @@ def http_routes(api: StateApi, on_loop: Any) -> Any:
             return 200, "application/json", json.dumps(body).encode()
         if fn is None and path.startswith("/api/explain/"):
             wid = path[len("/api/explain/"):]
-            fn = lambda: api.explain(wid, cl)  # noqa: E731
+            # The explanation on the loop; its forecast (a forward simulation) here, in the
+            # HTTP thread, from a snapshot taken with it, so the worker keeps folding.
+            try:
+                body, snap = on_loop(lambda: api.explain_forecast_input(wid, cl))
+            except StateError as exc:
+                return exc.status, "application/json", json.dumps({"error": str(exc)}).encode()
+            body["forecast"] = forecast_hook_from(snap, wid)
+            return 200, "application/json", json.dumps(body).encode()
         if fn is None:
             return None
         try:

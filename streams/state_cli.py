@@ -308,6 +308,8 @@ def starts_text(f: dict[str, Any] | None) -> str:
         return "-"
     if f.get("status") == "running":
         return "running"
+    if f.get("status") == "unfinished":
+        return f"after {when(f.get('simulated_until'))}"
     if f.get("status") == "beyond_horizon" or f.get("start") is None:
         horizon = (f.get("assumptions") or {}).get("horizon_s")
         return f"not within {span(horizon)}" if horizon else "beyond the horizon"
@@ -569,6 +571,10 @@ def forecast_words(f: dict[str, Any]) -> str:
     assumes = (f"assumes running work ends at its expected duration (else after "
                f"{span(a.get('assumed_runtime_s', 4 * 3600))}) and nothing new arrives, "
                f"cancels or fails")
+    if f.get("status") == "unfinished":
+        return (f"starts after {when(f.get('simulated_until'))} UTC at the earliest (the live "
+                f"forecast stops after {f.get('cycles')} simulated cycles; "
+                f"{int(f.get('ahead') or 0)} workload(s) start before then); " + assumes)
     if f.get("status") == "beyond_horizon" or f.get("start") is None:
         return (f"does not start within {span(a.get('horizon_s'))}; " + assumes)
     wait = int(f.get("wait_s") or 0)

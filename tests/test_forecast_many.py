@@ -83,3 +83,23 @@ def test_errors_and_the_explain_hook() -> None:
     assert j is not None and j["status"] in ("pending", "beyond_horizon")
     assert j["assumptions"]["horizon_s"] == 14 * 86_400
     assert forecast_json(eng.state, "nope") is None
+
+
+def test_a_cycle_budget_stops_early_and_says_not_before() -> None:
+    eng = _busy(seed=7)
+    pending = [w.id for w in eng.state.workloads.all.values() if w.status == "pending"]
+    free = forecast_many(eng.state, pending, blocked=False)
+    deepest = max(free.values(), key=lambda f: f.cycles)
+    budget = Assumptions(max_cycles=max(1, deepest.cycles // 2))
+    bounded = forecast_many(eng.state, pending, assumptions=budget, blocked=False)
+    unfinished = [f for f in bounded.values() if f.status == "unfinished"]
+    assert unfinished and len(unfinished) < len(pending)
+    for f in bounded.values():
+        if f.status == "unfinished":
+            # Not started by the time the bounded simulation reached: it starts later.
+            assert f.start is None and f.simulated_until is not None
+            assert free[f.workload].start is None or free[f.workload].start > f.simulated_until
+        else:  # within the budget: the unbounded answer
+            assert f.start == free[f.workload].start and f.ahead == free[f.workload].ahead
+    one = forecast_many(eng.state, [unfinished[0].workload], assumptions=budget, blocked=False)
+    assert msgspec.to_builtins(one) == {k: msgspec.to_builtins(bounded[k]) for k in one}
