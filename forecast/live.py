@@ -1,7 +1,7 @@
 """Forecasts for the live state API: the JSON ``/api/explain/ID`` and ``/api/queue?forecast=1`` carry.
 
 ``streams.state_api.forecast_hook`` calls ``forecast_json(state, workload)``
-for an explanation. ``queue_forecasts(state_or_snapshot, workload_ids)`` runs
+for an explanation. Live answers are bounded (``live_assumptions``). ``queue_forecasts(state_or_snapshot, workload_ids)`` runs
 one forward simulation for the first rows of the queue
 (``simulate.forecast_many``). Times stay Unix seconds in the JSON (scripts
 compute with them); the verbs and the dashboard print them as dates.
@@ -21,11 +21,20 @@ from scheduler.state import State
 
 DEFAULT_ROWS = 20     # rows of `allot queue --forecast` forecast unless asked otherwise
 MAX_ROWS = 200        # at most, whatever is asked: one request must not hold a worker long
-# A live answer simulates at most this many cycles: about 0.1 s at 1,000 GPUs and 2 s at
-# 10,000 with 2,000 pending (compiled core). Deeper in the queue the answer is "not before"
-# the time the simulation reached (status "unfinished"); `allot forecast` has no bound.
-LIVE_MAX_CYCLES = 500
-LIVE = Assumptions(max_cycles=LIVE_MAX_CYCLES)
+# A live answer simulates a bounded number of cycles. A cycle's cost grows with the hosts it
+# places on (measured at 2,000 pending, compiled core: about 0.25 ms a cycle on 128 hosts,
+# 5 ms on 1,250), so the bound is in host-cycles: 300,000 of them, between 200 and 5,000
+# cycles (about 0.6 s on 128 hosts, 1.2 s on 1,250). Deeper in the queue the answer is
+# "not before" the time the simulation reached (status "unfinished"). The bound depends
+# on the state only, so the answer stays a pure function of it; `allot forecast` has none.
+HOST_CYCLES = 300_000
+MIN_CYCLES, MAX_CYCLES = 200, 5_000
+
+
+def live_assumptions(state: State) -> Assumptions:
+    """The default assumptions, with the cycle bound for ``state``'s number of hosts."""
+    hosts = max(1, len(state.cluster_state.hosts))
+    return Assumptions(max_cycles=max(MIN_CYCLES, min(MAX_CYCLES, HOST_CYCLES // hosts)))
 
 
 def forecast_json(state: State | bytes, workload: str) -> dict[str, Any] | None:
@@ -42,12 +51,13 @@ def forecast_json(state: State | bytes, workload: str) -> dict[str, Any] | None:
     try:
         # No blocker here: the explanation it goes into says what blocks the workload (a
         # second traced cycle would double the answer's cost at 2,000 pending).
-        f = forecast_many(st, (workload,), assumptions=LIVE, blocked=False,
+        a = live_assumptions(st)
+        f = forecast_many(st, (workload,), assumptions=a, blocked=False,
                           copy=not owned)[workload]
     except ForecastError:
         return None
     out: dict[str, Any] = msgspec.to_builtins(f)
-    out["assumptions"] = msgspec.to_builtins(LIVE)
+    out["assumptions"] = msgspec.to_builtins(a)
     return out
 
 
@@ -61,7 +71,7 @@ def queue_forecasts(state: State | bytes, workloads: Sequence[str],
     """
     owned = isinstance(state, bytes)
     st = restore_state(state) if isinstance(state, bytes) else state
-    a = assumptions or LIVE
+    a = assumptions or live_assumptions(st)
     ids = [w for w in workloads if w in st.workloads.all
            and st.workloads.all[w].status in ("pending", "running")]
     made_at = st.now  # before the simulation (it may run on this very state)
@@ -72,5 +82,4 @@ def queue_forecasts(state: State | bytes, workloads: Sequence[str],
             "forecasts": {k: msgspec.to_builtins(v) for k, v in fs.items()}}
 
 
-__all__ = ["DEFAULT_ROWS", "LIVE", "LIVE_MAX_CYCLES", "MAX_ROWS", "forecast_json",
-           "queue_forecasts"]
+__all__ = ["DEFAULT_ROWS", "MAX_ROWS", "forecast_json", "live_assumptions", "queue_forecasts"]

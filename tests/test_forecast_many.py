@@ -82,6 +82,7 @@ def test_errors_and_the_explain_hook() -> None:
     j = forecast_json(eng.state, "p0")
     assert j is not None and j["status"] in ("pending", "beyond_horizon")
     assert j["assumptions"]["horizon_s"] == 14 * 86_400
+    assert j["assumptions"]["max_cycles"] == 5_000  # 6 hosts: the bound in host-cycles, capped
     assert forecast_json(eng.state, "nope") is None
 
 
