@@ -201,6 +201,7 @@ class StateApi:
                     })
                     if len(rows) >= limit:
                         break
+        del rows[limit:]  # the break above leaves one allocation's queue, not the others'
         return {"cluster": c, "now": st.now, "pending": wl.pending_count(), "rows": rows,
                 "legend": "sort_metric: per level, the allocation's usage fraction over its share "
                           "fraction of the parent; a ratio below 1 is under-served and is served "

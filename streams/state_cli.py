@@ -583,7 +583,8 @@ def forecast_words(f: dict[str, Any]) -> str:
     if f.get("placement"):
         parts.append("on " + ", ".join(f["placement"]))
     if f.get("waits_for"):
-        parts.append("once " + ", ".join(f["waits_for"]) + " end(s)")
+        held = f["waits_for"]
+        parts.append(f"when {', '.join(held)} end{'s' if len(held) == 1 else ''}")
     text = " ".join(parts)
     ahead = int(f.get("ahead") or 0)
     text += f"; {ahead} workload(s) start before it" if ahead else "; nothing starts before it"

@@ -48,7 +48,7 @@ function forecastText(f) {
   const wait = f.wait_s || 0;
   let t = `estimated start ${when(f.start)} (${wait <= 0 ? "now" : "in " + span(wait)})`;
   if (f.placement && f.placement.length) t += " on " + f.placement.join(", ");
-  if (f.waits_for && f.waits_for.length) t += ` once ${f.waits_for.join(", ")} end(s)`;
+  if (f.waits_for && f.waits_for.length) t += ` when ${f.waits_for.join(", ")} end${f.waits_for.length === 1 ? "s" : ""}`;
   t += f.ahead ? `; ${f.ahead} workload(s) start before it` : "; nothing starts before it";
   return `${t}; ${assumes}`;
 }
