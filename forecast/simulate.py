@@ -215,10 +215,10 @@ def _simulate(state0: State, copy: bool, targets: dict[str, str | None], now: in
                              source="forecast", cycle=False))
         for _, kind, wid in due:
             if kind == 0:
-                w = state.workloads.running.get(wid)
-                if w is None:
+                leaving = state.workloads.running.get(wid)
+                if leaving is None:
                     continue
-                for h, _ in w.placement:
+                for h, _ in leaving.placement:
                     holders[h] = wid
                 feed(WorkloadFinished(id=ident(), at=t, cluster=cluster, actor="executor",
                                       source="forecast", workload=wid))

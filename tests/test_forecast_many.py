@@ -99,7 +99,8 @@ def test_a_cycle_budget_stops_early_and_says_not_before() -> None:
         if f.status == "unfinished":
             # Not started by the time the bounded simulation reached: it starts later.
             assert f.start is None and f.simulated_until is not None
-            assert free[f.workload].start is None or free[f.workload].start > f.simulated_until
+            later = free[f.workload].start
+            assert later is None or later > f.simulated_until
         else:  # within the budget: the unbounded answer
             assert f.start == free[f.workload].start and f.ahead == free[f.workload].ahead
     one = forecast_many(eng.state, [unfinished[0].workload], assumptions=budget, blocked=False)
