@@ -21,14 +21,15 @@ from scheduler.state import State
 
 DEFAULT_ROWS = 20     # rows of `allot queue --forecast` forecast unless asked otherwise
 MAX_ROWS = 200        # at most, whatever is asked: one request must not hold a worker long
-# A live answer simulates a bounded number of cycles. A cycle's cost grows with the hosts it
-# places on (measured at 2,000 pending, compiled core: about 0.25 ms a cycle on 128 hosts,
-# 5 ms on 1,250), so the bound is in host-cycles: 300,000 of them, between 200 and 5,000
-# cycles (about 0.6 s on 128 hosts, 1.2 s on 1,250). Deeper in the queue the answer is
-# "not before" the time the simulation reached (status "unfinished"). The bound depends
-# on the state only, so the answer stays a pure function of it; `allot forecast` has none.
-HOST_CYCLES = 300_000
-MIN_CYCLES, MAX_CYCLES = 200, 5_000
+# A live answer simulates a bounded number of cycles, so that one answer takes about a second
+# at most (issue 26: a forecast at 2,000 pending <= 1 s). A cycle's cost grows with the hosts
+# it places on (measured 2026-12-04 at 2,000 pending, compiled core, 2 shared cores: about
+# 0.7 ms a cycle on 128 hosts, 5-7 ms on 1,250), so the bound is in host-cycles: 150,000 of
+# them, between 100 and 5,000 cycles. Deeper in the queue the answer is "not before" the
+# time the simulation reached (status "unfinished"). The bound depends on the state only,
+# so the answer stays a pure function of it; `allot forecast` has none.
+HOST_CYCLES = 150_000
+MIN_CYCLES, MAX_CYCLES = 100, 5_000
 
 
 def live_assumptions(state: State) -> Assumptions:
