@@ -578,3 +578,67 @@ def test_the_checks_catch_a_service_without_credentials(compose: dict[str, Any])
     assert "allot: its password must be the secret kafka_worker_password" in problems
     del env["ALLOT_SECURITY_PROTOCOL"]
     assert "allot: connects without SASL" in credential_problems(broken)
+
+
+# ------------------------------- kafka-init's script, run with stand-in tools
+
+SEP = "\x1f"
+
+
+def _run_init(compose: dict[str, Any], tmp: Path, passwords: dict[str, str]) -> tuple[
+        Any, list[list[str]]]:
+    """Run kafka-init's script under bash with stand-ins for the Kafka tools; their argv lists."""
+    import subprocess
+
+    bindir, secrets, log = tmp / "bin", tmp / "secrets", tmp / "calls"
+    bindir.mkdir()
+    secrets.mkdir()
+    for tool in ("kafka-topics.sh", "kafka-configs.sh", "kafka-acls.sh"):
+        stub = bindir / tool
+        stub.write_text(f'#!/bin/bash\nprintf "%s{SEP}" "{tool}" "$@" >> "{log}"\necho >> "{log}"\n')
+        stub.chmod(0o755)
+    for user, pw in passwords.items():
+        (secrets / f"kafka_{user}_password").write_text(pw + "\n")
+    # Compose turns $$ into $ (a single $ would be interpolated from the host's environment).
+    script = "\n".join(compose["services"]["kafka-init"]["command"]).replace("$$", "$")
+    script = script.replace("/opt/kafka/bin/", f"{bindir}/").replace("/run/secrets/", f"{secrets}/")
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    calls = [line.split(SEP)[:-1] for line in log.read_text().splitlines()] if log.exists() else []
+    return proc, calls
+
+
+def test_the_script_leaves_nothing_for_compose_to_interpolate(compose: dict[str, Any]) -> None:
+    script = "\n".join(compose["services"]["kafka-init"]["command"])
+    assert re.findall(r"(?<!\$)\$(?!\$)", script.replace("$$", "")) == []
+
+
+def test_kafka_init_runs_the_commands_the_checks_read(compose: dict[str, Any],
+                                                      tmp_path: Path) -> None:
+    setup = parse_setup(compose)
+    passwords = {u: f"pw-{u}_0123456789abcdef" for u in setup.users}
+    proc, calls = _run_init(compose, tmp_path, passwords)
+    assert proc.returncode == 0, proc.stderr
+    acl_calls = [c[1:] for c in calls if c[0] == "kafka-acls.sh"]
+    # The ACLs bash really passes are the ones the checks above evaluated.
+    assert {a for c in acl_calls for a in acls_of(c)} == set(setup.acls)
+    assert all(c[:4] == ["--bootstrap-server", "localhost:19093", "--add", "--force"]
+               for c in acl_calls if "--list" not in c)
+    scram = [c[1:] for c in calls if c[0] == "kafka-configs.sh"]
+    assert [c[c.index("--entity-name") + 1] for c in scram] == setup.users
+    for c in scram:
+        m = SCRAM_CONFIG.fullmatch(c[c.index("--add-config") + 1])
+        assert m and m.group(3) == passwords[c[c.index("--entity-name") + 1]]
+    created = [c[c.index("--topic") + 1] for c in calls if c[0] == "kafka-topics.sh" and "--create" in c]
+    assert sorted(created) == sorted(allot_topics().values())
+
+
+@pytest.mark.parametrize("bad", ["", "has]bracket", "has,comma", "has=equals", "with space"])
+def test_kafka_init_refuses_a_password_scram_syntax_would_misread(
+        compose: dict[str, Any], tmp_path: Path, bad: str) -> None:
+    setup = parse_setup(compose)
+    passwords = {u: "fine" for u in setup.users} | {"producer": bad}
+    proc, calls = _run_init(compose, tmp_path, passwords)
+    assert proc.returncode != 0
+    assert "kafka_producer_password: empty or not [A-Za-z0-9_-]" in proc.stderr
+    assert not any(c[0] == "kafka-configs.sh" and "producer" in c for c in calls)
+    assert not any(c[0] == "kafka-acls.sh" for c in calls)  # stopped before any ACL
