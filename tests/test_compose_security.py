@@ -264,8 +264,15 @@ def setting_problems(compose: dict[str, Any]) -> list[str]:
         m = re.fullmatch(r"listener\.name\.([a-z0-9_]+)\.([a-z0-9-]+)\.sasl\.jaas\.config", name)
         return bool(m) and m.group(1).upper() in listeners and m.group(2).upper() in mechanisms
 
-    return [f"{name}: not a documented broker setting" for name in props
-            if name not in BROKER_CONFIGS and not listener_prefixed(name)]
+    out = [f"{name}: not a documented broker setting" for name in props
+           if name not in BROKER_CONFIGS and not listener_prefixed(name)]
+    # The image reads its environment as KEY=VALUE split on "=" and keeps only the
+    # entries with exactly two parts (ListToMap in utility.go): a value holding "=" is
+    # dropped without a word, so none may.
+    env = compose["services"]["kafka"]["environment"]
+    out += [f"{k}: its value holds '=', which the image drops" for k, v in env.items()
+            if k.startswith("KAFKA_") and "=" in str(v)]
+    return out
 
 
 def listener_problems(compose: dict[str, Any]) -> list[str]:
@@ -560,6 +567,10 @@ def test_the_checks_catch_broken_broker_settings(compose: dict[str, Any]) -> Non
     env = broken["services"]["kafka"]["environment"]
     env["KAFKA_SASL_ENABLED_MECHANISM"] = env.pop("KAFKA_SASL_ENABLED_MECHANISMS")
     assert "sasl.enabled.mechanism: not a documented broker setting" in setting_problems(broken)
+    env["KAFKA_LISTENER_NAME_CLIENT_SCRAM___SHA___512_SASL_JAAS_CONFIG"] = (
+        'org.apache.kafka.common.security.scram.ScramLoginModule required username="a";')
+    assert ("KAFKA_LISTENER_NAME_CLIENT_SCRAM___SHA___512_SASL_JAAS_CONFIG: its value holds '=', "
+            "which the image drops") in setting_problems(broken)
     env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"] = "CLIENT:SASL_PLAINTEXT,BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT"
     assert "EXTERNAL: not in listener.security.protocol.map" in listener_problems(broken)
     exposed = copy.deepcopy(compose)
