@@ -128,3 +128,28 @@ def test_the_faust_app_takes_the_same_credentials() -> None:
     for app in apps:
         creds = [k for k in app.keywords if k.arg == "broker_credentials"]
         assert creds and "faust_credentials" in ast.unparse(creds[0].value)
+
+
+@pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_aiokafka_takes_every_option(protocol: str) -> None:
+    # Constructing the clients (no connection) checks every name against aiokafka's own
+    # arguments and its consistency checks (SASL_SSL without an ssl_context is refused).
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    opts = kafka_client_options(environ={**SASL_ENV, "ALLOT_SECURITY_PROTOCOL": protocol})
+
+    async def build() -> None:
+        p = AIOKafkaProducer(bootstrap_servers="127.0.0.1:9", **opts)
+        c = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:9", **opts)
+        a = AIOKafkaAdminClient(bootstrap_servers="127.0.0.1:9", **opts)
+        assert p.client._security_protocol == protocol
+        assert c._client._sasl_mechanism == "SCRAM-SHA-512"
+        assert a._client._sasl_plain_username == "worker"
+        await p.stop()
+        await c.stop()
+        await a.close()
+
+    asyncio.run(build())
