@@ -52,7 +52,7 @@ from identity.journal_seal import SealCheck, seal
 from identity.keys import public_from_hex, public_of
 from scheduler import Engine
 from streams import logs, processor, snapshots, topics
-from streams.config import WorkerSettings
+from streams.config import WorkerSettings, kafka_client_options
 from streams.journal import begin_offset, journal_record, read_until, reader
 from streams.metrics import MetricsServer, WorkerMetrics
 from streams.processor import Accepted, Dead, InboxRecord, PartitionFold, Processor, Skipped
@@ -148,6 +148,8 @@ class Worker:
         self.journal = topic(JOURNAL, settings.topic_prefix)
         self.deadletter = topic(DEADLETTER, settings.topic_prefix)
         self.snapshot_topic = topic(SNAPSHOTS, settings.topic_prefix)
+        # SASL options of every Kafka client this worker opens (empty: plaintext).
+        self._security = kafka_client_options(settings)
         key = settings.signing_key()
         if not key:
             key = secrets.token_hex(32).encode()
@@ -215,7 +217,7 @@ class Worker:
     async def start(self) -> None:
         s = self.settings
         report = await topics.ensure_topics(s.bootstrap, s.topic_prefix, s.partitions,
-                                            s.replication_factor)
+                                            s.replication_factor, security=self._security)
         self.partitions = report.partitions[self.inbox]
         if report.created:
             self.log.info("topics.created", topics=report.created)
@@ -226,8 +228,9 @@ class Worker:
             bootstrap_servers=s.bootstrap, acks="all", linger_ms=s.linger_ms,
             max_batch_size=1024 * 1024, max_request_size=4 * 1024 * 1024,
             enable_idempotence=False, request_timeout_ms=30000,
-            client_id=f"allot-worker-{self.name}")
-        self._reader = reader(s.bootstrap, s.fold_fetch_wait_ms, f"allot-fold-{self.name}")
+            client_id=f"allot-worker-{self.name}", **self._security)
+        self._reader = reader(s.bootstrap, s.fold_fetch_wait_ms, f"allot-fold-{self.name}",
+                              security=self._security)
         self._processor = Processor(
             clusters=s.clusters, partition_of=self.partition_of, keyring=self.keyring,
             ticker_principal=s.ticker_principal, require_signatures=not s.insecure,
@@ -242,7 +245,8 @@ class Worker:
             auto_offset_reset="earliest", fetch_max_wait_ms=s.fetch_wait_ms,
             max_poll_records=s.max_batch, session_timeout_ms=s.session_timeout_ms,
             heartbeat_interval_ms=s.heartbeat_interval_ms,
-            max_partition_fetch_bytes=4 * 1024 * 1024, client_id=f"allot-worker-{self.name}")
+            max_partition_fetch_bytes=4 * 1024 * 1024, client_id=f"allot-worker-{self.name}",
+            **self._security)
         self._consumer.subscribe([self.inbox], listener=_Listener(self))
         # The group join waits on the broker for seconds: connect the producer and the reader
         # meanwhile (the prefetch is restoring snapshots already).
@@ -281,7 +285,8 @@ class Worker:
 
     async def _start_prefetch(self) -> None:
         s = self.settings
-        consumer = reader(s.bootstrap, s.fold_fetch_wait_ms, f"allot-prefetch-{self.name}")
+        consumer = reader(s.bootstrap, s.fold_fetch_wait_ms, f"allot-prefetch-{self.name}",
+                          security=self._security)
         await consumer.start()
         mine = {partition_for(c, self.partitions) for c in s.clusters}
         # Partitions of the configured clusters first: the others hold no engine unless a
