@@ -16,7 +16,7 @@ from scheduler.snapshot import snapshot_state
 T0 = 1_767_225_600
 
 
-def _busy(seed: int = 3, hosts: int = 6, pending: int = 40) -> Engine:
+def busy_state(seed: int = 3, hosts: int = 6, pending: int = 40) -> Engine:
     """A full cluster with a mixed queue: shapes, teams, protections and unallocated work."""
     rng = random.Random(seed)
     eng = Engine("c")
@@ -42,7 +42,7 @@ def _busy(seed: int = 3, hosts: int = 6, pending: int = 40) -> Engine:
 
 
 def test_one_simulation_answers_as_one_forecast_per_workload() -> None:
-    eng = _busy()
+    eng = busy_state()
     before = eng.state.fingerprint()
     pending = sorted(w.id for w in eng.state.workloads.all.values() if w.status == "pending")
     asked = [*pending[::3], "run0"]  # a running one too
@@ -59,7 +59,7 @@ def test_one_simulation_answers_as_one_forecast_per_workload() -> None:
 
 
 def test_the_horizon_and_the_snapshot_path() -> None:
-    eng = _busy(seed=5)
+    eng = busy_state(seed=5)
     pending = [w.id for w in eng.state.workloads.all.values() if w.status == "pending"]
     a = Assumptions(horizon_s=3600)
     many = forecast_many(eng.state, pending, assumptions=a, blocked=False)
@@ -76,7 +76,7 @@ def test_the_horizon_and_the_snapshot_path() -> None:
 
 
 def test_errors_and_the_explain_hook() -> None:
-    eng = _busy(pending=4)
+    eng = busy_state(pending=4)
     with pytest.raises(ForecastError):
         forecast_many(eng.state, ["p0", "nope"])
     j = forecast_json(eng.state, "p0")
@@ -87,7 +87,7 @@ def test_errors_and_the_explain_hook() -> None:
 
 
 def test_a_cycle_budget_stops_early_and_says_not_before() -> None:
-    eng = _busy(seed=7)
+    eng = busy_state(seed=7)
     pending = [w.id for w in eng.state.workloads.all.values() if w.status == "pending"]
     free = forecast_many(eng.state, pending, blocked=False)
     deepest = max(free.values(), key=lambda f: f.cycles)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from scheduler import Engine
 from streams.state_api import StateApi
-from tests.test_forecast_many import _busy
+from tests.test_forecast_many import busy_state
 
 
 class _Source:
@@ -16,7 +16,7 @@ class _Source:
 
 
 def test_limit_holds_across_allocations_and_forecasts_attach() -> None:
-    eng = _busy(pending=40)
+    eng = busy_state(pending=40)
     api = StateApi(_Source(eng))
     full = api.queue()
     assert len({r["budget"] for r in full["rows"]}) > 2  # several allocations' queues
