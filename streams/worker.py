@@ -40,6 +40,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.partitioner import murmur2
@@ -54,6 +55,7 @@ from scheduler import Engine
 from streams import logs, processor, snapshots, topics
 from streams.config import WorkerSettings
 from streams.journal import begin_offset, journal_record, read_until, reader
+from streams.liveness import Beat, Liveness, decode_beat, encode_beat, heard_at
 from streams.metrics import MetricsServer, WorkerMetrics
 from streams.processor import Accepted, Dead, InboxRecord, PartitionFold, Processor, Skipped
 from streams.records import (
@@ -81,6 +83,13 @@ from streams.ticker import VirtualClock, make_tick, nudge_id
 NUDGE_TIMEOUT_S = 1.0
 # Consumer offsets are informative only (the journal says where to resume): commit this often.
 COMMIT_EVERY_S = 5.0
+# The liveness topic (heartbeats, the fast takeover path): one partition, short retention.
+LIVENESS = "allot.liveness"
+LIVENESS_RETENTION_MS = 3600 * 1000
+# How far back from its end a starting worker reads the liveness topic (records).
+LIVENESS_TAIL = 512
+# Incarnations silent this long that hold nothing are forgotten.
+LIVENESS_FORGET_S = 600.0
 # After this many seeks back to the same expected offset, accept that the offsets between
 # do not exist (a transactional producer's control records, a retention cut).
 MAX_SEEKS_TO_SAME_OFFSET = 3
@@ -148,6 +157,15 @@ class Worker:
         self.journal = topic(JOURNAL, settings.topic_prefix)
         self.deadletter = topic(DEADLETTER, settings.topic_prefix)
         self.snapshot_topic = topic(SNAPSHOTS, settings.topic_prefix)
+        self.liveness_topic = topic(LIVENESS, settings.topic_prefix)
+        # A new incarnation per start: a restarted worker is not its dead predecessor.
+        self.incarnation = f"{self.name}/{uuid.uuid4().hex[:8]}"
+        self.liveness = Liveness(self.incarnation, settings.liveness_lapse_s)
+        self._fast: set[int] = set()            # partitions held outside the group (fast path)
+        self._claimed: dict[int, int] = {}      # partition -> offset of this worker's claim
+        self._beats_sent = 0
+        self._standby: AIOKafkaConsumer | None = None
+        self._beat_reader: AIOKafkaConsumer | None = None
         key = settings.signing_key()
         if not key:
             key = secrets.token_hex(32).encode()
@@ -246,7 +264,8 @@ class Worker:
         self._consumer.subscribe([self.inbox], listener=_Listener(self))
         # The group join waits on the broker for seconds: connect the producer and the reader
         # meanwhile (the prefetch is restoring snapshots already).
-        await asyncio.gather(self._consumer.start(), self._producer.start(), self._reader.start())
+        await asyncio.gather(self._consumer.start(), self._producer.start(), self._reader.start(),
+                             self._start_liveness())
         if s.metrics_port >= 0:
             loop = asyncio.get_running_loop()
 
@@ -278,6 +297,122 @@ class Worker:
         self.log.info("worker.started", bootstrap=s.bootstrap, group=s.group,
                       partitions=self.partitions, clusters=list(s.clusters),
                       core=native.status().name)
+
+    async def _start_liveness(self) -> None:
+        """The liveness topic, the standby consumer (partitions taken outside the group), the beat reader."""
+        s = self.settings
+        if not s.liveness:
+            return
+        await ensure_liveness_topic(s.bootstrap, self.liveness_topic, s.replication_factor)
+        self._standby = AIOKafkaConsumer(
+            bootstrap_servers=s.bootstrap, group_id=None, enable_auto_commit=False,
+            auto_offset_reset="earliest", fetch_max_wait_ms=s.fetch_wait_ms,
+            max_partition_fetch_bytes=4 * 1024 * 1024, client_id=f"allot-standby-{self.name}")
+        self._beat_reader = AIOKafkaConsumer(
+            bootstrap_servers=s.bootstrap, group_id=None, enable_auto_commit=False,
+            auto_offset_reset="earliest", fetch_max_wait_ms=50,
+            client_id=f"allot-liveness-{self.name}")
+        await asyncio.gather(self._standby.start(), self._beat_reader.start())
+        tp = TopicPartition(self.liveness_topic, 0)
+        self._beat_reader.assign([tp])
+        # Only the recent past matters: the last beats of every worker. (Tansu's end offset
+        # may be short of the true end by a batch: a few beats read twice, harmless.)
+        end = (await self._beat_reader.end_offsets([tp])).get(tp, 0)
+        self._beat_reader.seek(tp, max(0, end - LIVENESS_TAIL))
+
+    async def _beat_loop(self) -> None:
+        """Write this worker's heartbeat every ``liveness_interval_s``: what it holds, by claim."""
+        assert self._producer is not None
+        interval = self.settings.liveness_interval_s
+        while True:
+            self._beats_sent += 1
+            beat = Beat(worker=self.incarnation, name=self.name, seq=self._beats_sent,
+                        at=time.time(), held=dict(self._claimed))
+            try:
+                await self._producer.send(self.liveness_topic, encode_beat(beat),
+                                          key=self.incarnation.encode(), partition=0)
+            except KafkaError as exc:
+                self.log.warning("liveness.beat_failed", detail=str(exc))
+            await asyncio.sleep(interval)
+
+    async def _hear_loop(self) -> None:
+        """Fold every worker's heartbeats into ``self.liveness``."""
+        assert self._beat_reader is not None
+        lapse = self.settings.liveness_lapse_s
+        while True:
+            try:
+                got = await self._beat_reader.getmany(timeout_ms=200)
+            except KafkaError as exc:
+                self.log.warning("liveness.read_failed", detail=str(exc))
+                await asyncio.sleep(0.2)
+                continue
+            now, wall = time.monotonic(), time.time()
+            for msgs in got.values():
+                for m in msgs:
+                    try:
+                        beat = decode_beat(m.value)
+                    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                        self.log.debug("liveness.bad_beat", offset=m.offset, detail=str(exc))
+                        continue
+                    self.liveness.heard(beat, heard_at(now, beat.at, wall, lapse))
+            self.liveness.forget(now, LIVENESS_FORGET_S)
+
+    async def _liveness_turn(self) -> None:
+        """One turn of the fast path: give up what a newer claim fenced, claim the orphans."""
+        if not self.settings.liveness:
+            return
+        d = self.liveness.decide(time.monotonic(), self._claimed, self._assigned_now,
+                                 busy=self._to_take)
+        for p in sorted(d.fenced):
+            await self._fenced(p)
+        for p in sorted(d.take):
+            self.log.warning("liveness.takeover", partition=p, holder=d.orphans.get(p),
+                             lapse_s=self.settings.liveness_lapse_s)
+            self._fast.add(p)
+            self._to_take.add(p)
+
+    async def _fenced(self, p: int) -> None:
+        """A newer claim of another worker took ``p``: stop writing there (it would count for nobody)."""
+        async with self._lock:
+            holder = self.liveness.holder.get(p)
+            self._claimed.pop(p, None)
+            st = self.owned.pop(p, None)
+            if st is not None and st.snapshot_task is not None:
+                st.snapshot_task.cancel()
+            if p in self._fast:
+                self._fast.discard(p)
+                self._standby_assign()
+            elif p in self._assigned_now and self._consumer is not None:
+                with contextlib.suppress(KafkaError, AssertionError):
+                    self._consumer.pause(TopicPartition(self.inbox, p))
+            if p in self._assigned_now:
+                # The group still gives p to this worker (it was frozen or slow, not gone):
+                # the group's word stands, claim p back; the fast taker is fenced in turn.
+                self._to_take.add(p)
+            self.metrics.owned.set(len(self.owned))
+            self.log.warning("partition.fenced", partition=p,
+                             by=holder[1] if holder else None,
+                             claim_offset=holder[0] if holder else None,
+                             retake=p in self._assigned_now)
+
+    def _consumer_of(self, p: int) -> AIOKafkaConsumer:
+        """The consumer that fetches inbox partition ``p``: the standby for fast-path partitions."""
+        if p in self._fast and self._standby is not None:
+            return self._standby
+        assert self._consumer is not None
+        return self._consumer
+
+    def _standby_assign(self) -> None:
+        """Point the standby consumer at the fast-path partitions held, each at its next offset."""
+        if self._standby is None:
+            return
+        tps = [TopicPartition(self.inbox, p) for p in sorted(self._fast) if p in self.owned]
+        if not tps:
+            self._standby.unsubscribe()
+            return
+        self._standby.assign(tps)   # positions are reset: set every one again
+        for tp in tps:
+            self._standby.seek(tp, self.owned[tp.partition].next_offset)
 
     async def _start_prefetch(self) -> None:
         s = self.settings
@@ -312,6 +447,9 @@ class Worker:
             await self.start()
             self._tasks = [asyncio.create_task(self._tick_loop(), name="allot-ticker"),
                            asyncio.create_task(self._gauge_loop(), name="allot-gauges")]
+            if self.settings.liveness:
+                self._tasks += [asyncio.create_task(self._beat_loop(), name="allot-beats"),
+                                asyncio.create_task(self._hear_loop(), name="allot-hear")]
             await self._loop()
         finally:
             await self.close()
@@ -334,6 +472,10 @@ class Worker:
         if self._reader is not None:
             with contextlib.suppress(Exception):
                 await self._reader.stop()
+        for c in (self._standby, self._beat_reader):
+            if c is not None:
+                with contextlib.suppress(Exception):
+                    await c.stop()
         if self._producer is not None:
             with contextlib.suppress(Exception):
                 await self._producer.stop()
@@ -396,6 +538,7 @@ class Worker:
             with contextlib.suppress(Exception):
                 await self._commit(force=True, only=partitions)
             for p in partitions:
+                self._claimed.pop(p, None)
                 st = self.owned.pop(p, None)
                 if st is None:
                     continue
@@ -411,6 +554,14 @@ class Worker:
         if self._prefetch is not None:
             self._prefetch.restrict(self._assigned_now)
         for p in partitions:
+            if p in self._fast:
+                # Taken on the fast path, now the group's too: move it to the group consumer,
+                # same claim, same state (no second claim, no fold).
+                self._fast.discard(p)
+                self._standby_assign()
+                if p in self.owned:
+                    self._consumer.seek(TopicPartition(self.inbox, p), self.owned[p].next_offset)
+                    self.log.info("partition.joined_group", partition=p)
             if p not in self.owned:
                 self._to_take.add(p)
                 # Fetch nothing until the partition is rebuilt and the position set.
@@ -424,9 +575,9 @@ class Worker:
         """Take one pending partition (which one, or None); the loop handles records before the next."""
         p: int | None = None
         async with self._lock:
-            pending = sorted((p for p in self._to_take if p in self._assigned_now),
-                             key=self._take_order)
-            self._to_take &= self._assigned_now
+            mine = self._assigned_now | self._fast
+            pending = sorted((p for p in self._to_take if p in mine), key=self._take_order)
+            self._to_take &= mine
             if pending:
                 p = pending[0]
                 self._to_take.discard(p)
@@ -456,6 +607,8 @@ class Worker:
             self.journal, encode_claim(claim), key=b"claim", partition=p,
             headers=self._sealed(p, encode_claim(claim), journal_headers(KIND_CLAIM, token)))
         claim_offset = int(md.offset)
+        self._claimed[p] = claim_offset
+        self.liveness.claimed(p, claim_offset)
 
         def rejected(m: snapshots.Manifest, why: str) -> None:
             log.warning("snapshot.rejected", journal_offset=m.journal_offset, token=m.token,
@@ -527,9 +680,12 @@ class Worker:
             log.warning("inbox.retention_gap", resume=resume, first=first)
             resume = first
         st.next_offset = resume
-        self._consumer.seek(tp, resume)
-        self._consumer.resume(tp)
         self.owned[p] = st
+        if p in self._fast:
+            self._standby_assign()
+        else:
+            self._consumer.seek(tp, resume)
+            self._consumer.resume(tp)
         self.metrics.owned.set(len(self.owned))
         self.metrics.claims.inc()
         dt = time.perf_counter() - t0
@@ -540,6 +696,7 @@ class Worker:
                  snapshot_phases=None if restored is None else restored.phases,
                  folded=fold.stats.records, fenced=fold.stats.fenced,
                  duplicates=fold.stats.duplicates, seconds=round(dt, 3),
+                 path="liveness" if p in self._fast else "group",
                  snapshot_s=round(t_snap - t0, 3), fold_s=round(t_fold - t_snap, 3),
                  clusters=sorted(st.engines))
         # A long fold is worth a snapshot at once: the next restart folds from here.
@@ -591,8 +748,10 @@ class Worker:
         if not force and now - self._last_commit < COMMIT_EVERY_S:
             return
         self._last_commit = now
+        # Only the group's partitions: a fast-path one is not this member's to commit.
         offsets = {TopicPartition(self.inbox, p): st.next_offset for p, st in self.owned.items()
-                   if (only is None or p in only) and st.next_offset > 0}
+                   if (only is None or p in only) and st.next_offset > 0
+                   and p in self._assigned_now and p not in self._fast}
         if offsets:
             try:
                 await self._consumer.commit(offsets)
@@ -611,6 +770,7 @@ class Worker:
                 # before the next take; otherwise only collect what is already fetched.
                 if self._to_take and (taken is None or self._take_order(taken)[0]):
                     wait_ms = 0
+            await self._liveness_turn()
             broken = [p for p, st in self.owned.items() if st.broken]
             for p in broken:
                 async with self._lock:
@@ -620,8 +780,15 @@ class Worker:
                         await self._take(p)
             self.metrics.beat()
             try:
-                batch = await self._consumer.getmany(timeout_ms=wait_ms,
+                extra: dict[TopicPartition, list[Any]] = {}
+                standby = self._standby if any(p in self.owned for p in self._fast) else None
+                if standby is not None:
+                    extra = await standby.getmany(timeout_ms=0, max_records=self.settings.max_batch)
+                batch = await self._consumer.getmany(timeout_ms=0 if extra else wait_ms,
                                                      max_records=self.settings.max_batch)
+                if standby is not None and not extra:
+                    extra = await standby.getmany(timeout_ms=0, max_records=self.settings.max_batch)
+                batch.update(extra)
             except KafkaError as exc:
                 self.log.warning("inbox.fetch_failed", detail=str(exc))
                 await asyncio.sleep(0.5)
@@ -660,7 +827,7 @@ class Worker:
                                          expected=st.next_offset, got=m.offset)
                         # (KafkaError: a rebalance took the partition meanwhile.)
                         with contextlib.suppress(KafkaError):
-                            self._consumer.seek(tp, st.next_offset)
+                            self._consumer_of(tp.partition).seek(tp, st.next_offset)
                         break
                 st.seeks = 0
                 rec = InboxRecord(topic=m.topic, partition=m.partition, offset=m.offset,
@@ -868,9 +1035,32 @@ class Worker:
                 self.metrics.set_leaves(cluster, pending, running)
             if self._consumer is not None:
                 for p, st in self.owned.items():
-                    hw = self._consumer.highwater(TopicPartition(self.inbox, p))
+                    hw = None
+                    with contextlib.suppress(AssertionError):
+                        hw = self._consumer_of(p).highwater(TopicPartition(self.inbox, p))
                     if hw is not None:
                         self.metrics.inbox_lag.labels(str(p)).set(max(0, hw - st.next_offset))
+
+
+async def ensure_liveness_topic(bootstrap: str, name: str, replication_factor: int = 1) -> None:
+    """Create the liveness topic (one partition, short retention) if it is missing."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
+    await admin.start()
+    try:
+        if name in set(await admin.list_topics()):
+            return
+        configs = {"retention.ms": str(LIVENESS_RETENTION_MS), "cleanup.policy": "delete"}
+        for attempt in (configs, {}):
+            resp = await admin.create_topics([NewTopic(name, 1, replication_factor,
+                                                       topic_configs=attempt)])
+            code = resp.topic_errors[0][1]
+            if code in (0, topics.ERR_TOPIC_EXISTS):
+                return
+        raise topics.TopicError(f"cannot create {name}: error {code}")
+    finally:
+        await admin.close()
 
 
 def journal_event(msg: Any) -> Event | None:

@@ -1,0 +1,113 @@
+"""Fast takeover (streams/liveness.py): all partitions of a killed or frozen owner move within 5 s.
+
+Two workers, four clusters on four partitions, inputs streaming in, as in
+tests/test_live_failover.py (whose helpers these tests reuse). The fault is
+kill -9 of one worker, or a SIGSTOP that freezes it in the middle of a batch.
+Each test asserts that the other worker has claimed every partition of the
+victim within 5 s of the fault (the consumer group alone takes 9-12 s on
+Tansu: session timeout plus join), and afterwards the crash checker's
+invariants on every partition: no inbox record lost, no input journaled twice,
+duplicates exact, the replay check clean, the owner's state equal to a clean
+fold. The frozen worker, resumed, finds itself fenced: what it wrote after the
+takeover counts for no reader.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.kafka import Live, wait_until
+from tests.test_live_failover import (
+    Feed,
+    _pair,
+    _settle,
+    _stopped,
+    _verify,
+    live,  # noqa: F401 - the fixture
+    worker_of,
+)
+
+pytestmark = pytest.mark.kafka
+
+TARGET_S = 5.0
+
+
+def _held_by(live: Live, names: dict[str, str], victim: str) -> set[int]:
+    return {p for p, w in worker_of(live, names).items() if w == victim}
+
+
+def _taken(live: Live, names: dict[str, str], partitions: set[int], survivor: str) -> bool:
+    owners = worker_of(live, names)
+    return all(owners.get(p) == survivor for p in partitions)
+
+
+def test_a_killed_owners_partitions_move_within_5_s(live: Live, kafka: str,  # noqa: F811
+                                                    tmp_path: Path) -> None:
+    procs, ports = _pair(live, kafka, tmp_path)
+    names = {n: n for n in procs}
+    try:
+        feed = Feed(live)
+        feed.setup()
+        feed.start()
+        time.sleep(1.5)
+        victim = worker_of(live, names)[0]
+        survivor = "wb" if victim == "wa" else "wa"
+        held = _held_by(live, names, victim)
+        assert held, "the victim holds nothing"
+        t_kill = time.monotonic()
+        procs[victim].kill()
+        wait_until(lambda: _taken(live, names, held, survivor), 30, interval=0.02,
+                   what="the survivor to claim the victim's partitions")
+        takeover = time.monotonic() - t_kill
+        print(f"takeover after kill -9: {takeover:.2f} s of partitions {sorted(held)}")
+        assert takeover <= TARGET_S, f"takeover took {takeover:.1f} s"
+        assert "liveness.takeover" in procs[survivor].log_text()
+        time.sleep(1.0)
+        feed.finish()
+        owners_now = _settle(live, {survivor}, quiet_s=3.0)
+        totals = _verify(live, ports, owners_now)
+        assert totals["inputs"] >= feed.sent
+    finally:
+        for p in procs.values():
+            p.kill()
+
+
+def test_a_frozen_owners_partitions_move_within_5_s_and_it_is_fenced(  # noqa: F811
+        live: Live, kafka: str, tmp_path: Path) -> None:
+    # "wa" freezes itself (SIGSTOP) in the middle of a batch, after its 300th journal record:
+    # it holds a half-written batch while "wb" takes its partitions over.
+    procs, ports = _pair(live, kafka, tmp_path, env={"wa": {"ALLOT_FAULT_STOP_AFTER_SENDS": "300"}})
+    names = {n: n for n in procs}
+    try:
+        feed = Feed(live, rate_per_cluster=40.0)
+        feed.setup()
+        held = _held_by(live, names, "wa")
+        feed.start()
+        wait_until(lambda: _stopped(procs["wa"].pid), 60, interval=0.02,
+                   what="wa to freeze itself mid-batch")
+        t_freeze = time.monotonic()
+        held = _held_by(live, names, "wa") or held
+        wait_until(lambda: _taken(live, names, held, "wb"), 30, interval=0.02,
+                   what="wb to claim wa's partitions")
+        takeover = time.monotonic() - t_freeze
+        print(f"takeover of a frozen owner: {takeover:.2f} s of partitions {sorted(held)}")
+        assert takeover <= TARGET_S, f"takeover took {takeover:.1f} s"
+        procs["wa"].signal(signal.SIGCONT)
+        # It wakes with the rest of a batch in hand and writes it under its old claim;
+        # then the taker's beats show it a newer claim: it stops writing there.
+        wait_until(lambda: "partition.fenced" in procs["wa"].log_text(), 20,
+                   what="wa to find itself fenced")
+        time.sleep(1.0)
+        feed.finish()
+        owners_now = _settle(live, {"wa", "wb"}, quiet_s=3.0)
+        totals = _verify(live, ports, owners_now)
+        assert totals["fenced"] > 0, "wa wrote nothing after the takeover"
+        assert totals["inputs"] >= feed.sent
+    finally:
+        for p in procs.values():
+            p.signal(signal.SIGCONT)
+            p.kill()
