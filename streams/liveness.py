@@ -27,7 +27,12 @@ The rule, for partition ``p``:
   same view (rendezvous hashing over live incarnations), and never to a worker
   that the consumer group gave ``p`` (that worker takes it on the group path);
 - a worker holding ``p`` under a claim offset lower than another worker's is
-  *fenced* on ``p``.
+  *fenced* on ``p``;
+- a holder that was taken over and then claimed its partition back (it was
+  only slow: a long pause, a loaded machine) gets a *strike*: its lapse doubles
+  for each, up to ``max_lapse_s`` (the group's session timeout), so a worker
+  that stalls again and again costs takeovers that back off instead of a
+  livelock of claims and folds.
 """
 
 from __future__ import annotations
@@ -91,11 +96,18 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
 class Liveness:
     """What every worker last said, and the newest claim known per partition. Pure."""
 
-    def __init__(self, me: str, lapse_s: float) -> None:
+    def __init__(self, me: str, lapse_s: float, max_lapse_s: float | None = None) -> None:
         self.me = me
         self.lapse = lapse_s
+        self.max_lapse = max(lapse_s, max_lapse_s if max_lapse_s is not None else lapse_s)
         self.last: dict[str, tuple[float, Beat]] = {}     # worker -> (heard at, its latest beat)
         self.holder: dict[int, tuple[int, str]] = {}      # partition -> (claim offset, worker)
+        self.strikes: dict[str, int] = {}                 # worker -> times it came back
+        self.taken_from: dict[int, str] = {}              # partition -> whom this worker took it from
+
+    def lapse_of(self, worker: str) -> float:
+        """How long ``worker`` may be silent before its partitions are taken (backs off)."""
+        return min(self.max_lapse, self.lapse * 2 ** self.strikes.get(worker, 0))
 
     def heard(self, beat: Beat, at: float) -> None:
         """Fold one beat, heard at ``at`` (monotonic). Beats of one worker may arrive late."""
@@ -113,7 +125,11 @@ class Liveness:
 
     def alive(self, now: float) -> set[str]:
         """The incarnations heard within the lapse, and this worker."""
-        return {w for w, (at, _) in self.last.items() if now - at <= self.lapse} | {self.me}
+        return {w for w, (at, _) in self.last.items() if now - at <= self.lapse_of(w)} | {self.me}
+
+    def took(self, partition: int, holder: str) -> None:
+        """This worker is taking ``partition`` over from ``holder`` (for the strike rule)."""
+        self.taken_from[partition] = holder
 
     def decide(self, now: float, mine: Mapping[int, int], group: Set[int],
                busy: Set[int] = frozenset()) -> Decision:
@@ -126,6 +142,10 @@ class Liveness:
         fenced = frozenset(p for p, offset in mine.items()
                            if (h := self.holder.get(p)) is not None
                            and h[1] != self.me and h[0] > offset)
+        for p in fenced:
+            # The one we took p from claimed it back: it was alive after all.
+            if self.taken_from.pop(p, None) == self.holder[p][1]:
+                self.strikes[self.holder[p][1]] = self.strikes.get(self.holder[p][1], 0) + 1
         live = self.alive(now)
         orphans: dict[int, str] = {}
         for p, (_, worker) in self.holder.items():
@@ -146,3 +166,4 @@ class Liveness:
         for w in [w for w, (at, _) in self.last.items()
                   if now - at > keep_s and w not in holding and w != self.me]:
             del self.last[w]
+            self.strikes.pop(w, None)

@@ -160,7 +160,9 @@ class Worker:
         self.liveness_topic = topic(LIVENESS, settings.topic_prefix)
         # A new incarnation per start: a restarted worker is not its dead predecessor.
         self.incarnation = f"{self.name}/{uuid.uuid4().hex[:8]}"
-        self.liveness = Liveness(self.incarnation, settings.liveness_lapse_s)
+        # Backing off up to the session timeout: past it, the group moves partitions anyway.
+        self.liveness = Liveness(self.incarnation, settings.liveness_lapse_s,
+                                 max_lapse_s=settings.session_timeout_ms / 1000)
         self._fast: set[int] = set()            # partitions held outside the group (fast path)
         self._claimed: dict[int, int] = {}      # partition -> offset of this worker's claim
         self._beats_sent = 0
@@ -368,6 +370,7 @@ class Worker:
         for p in sorted(d.take):
             self.log.warning("liveness.takeover", partition=p, holder=d.orphans.get(p),
                              lapse_s=self.settings.liveness_lapse_s)
+            self.liveness.took(p, d.orphans[p])
             self._fast.add(p)
             self._to_take.add(p)
 
@@ -705,6 +708,8 @@ class Worker:
         for c in self.owned_clusters():
             if partition_for(c, self.partitions) == p:
                 await self._send_tick(c, p)  # time starts now, not a tick interval later
+        # The group may have assigned p while it was being taken: it is taken, under this claim.
+        self._to_take.discard(p)
         if not self._to_take:
             self.ready.set()
 
