@@ -1,7 +1,9 @@
 """Two workers, four clusters: one owner per cluster, takeover after kill -9, a frozen owner fenced.
 
 The four clusters are chosen so each has an inbox partition of its own (4
-partitions), so the group splits them between the workers. Inputs stream in
+partitions), so the group splits them between the workers. These tests run
+the consumer group alone (``liveness`` off), the slow path;
+tests/test_live_failover_fast.py runs the same faults with the fast takeover. Inputs stream in
 the whole time; afterwards every partition must pass ``check_journal`` and
 the owner's state must equal a clean fold of the journal.
 """
@@ -167,14 +169,16 @@ def live(kafka: str) -> Iterator[Live]:
 
 
 def _pair(live: Live, kafka: str, tmp_path: Path,
-          env: dict[str, dict[str, str]] | None = None) -> tuple[dict[str, WorkerProcess], dict[str, int]]:
+          env: dict[str, dict[str, str]] | None = None,
+          liveness: bool = True) -> tuple[dict[str, WorkerProcess], dict[str, int]]:
     procs: dict[str, WorkerProcess] = {}
     ports: dict[str, int] = {}
     for name in ("wa", "wb"):
         ports[name] = free_port()
         s = worker_settings(kafka, live.prefix, CLUSTERS, worker_name=name,
                             metrics_port=ports[name], log_level="debug", time_scale=5.0,
-                            snapshot_every_records=300, partitions=PARTITIONS)
+                            snapshot_every_records=300, partitions=PARTITIONS,
+                            liveness=liveness)
         procs[name] = WorkerProcess(s, tmp_path / f"{name}.log", (env or {}).get(name)).start()
     names = {n: n for n in procs}
     wait_until(lambda: sorted(set(worker_of(live, names).values())) == ["wa", "wb"]
@@ -187,7 +191,7 @@ def _pair(live: Live, kafka: str, tmp_path: Path,
 
 def test_each_cluster_has_one_owner_and_a_killed_workers_clusters_move(live: Live, kafka: str,
                                                                         tmp_path: Path) -> None:
-    procs, ports = _pair(live, kafka, tmp_path)
+    procs, ports = _pair(live, kafka, tmp_path, liveness=False)
     try:
         owners = worker_of(live, {n: n for n in procs})
         # One owner per cluster: the group split the four partitions between the two.
@@ -218,7 +222,8 @@ def test_a_frozen_owner_is_fenced_and_the_journals_stay_exact(live: Live, kafka:
                                                                tmp_path: Path) -> None:
     # "wa" freezes itself (SIGSTOP) in the middle of a batch, after its 400th journal record,
     # so it holds a half-written batch while "wb" takes its partitions over.
-    procs, ports = _pair(live, kafka, tmp_path, env={"wa": {"ALLOT_FAULT_STOP_AFTER_SENDS": "400"}})
+    procs, ports = _pair(live, kafka, tmp_path, env={"wa": {"ALLOT_FAULT_STOP_AFTER_SENDS": "400"}},
+                         liveness=False)
     try:
         feed = Feed(live, rate_per_cluster=40.0)
         feed.setup()

@@ -16,24 +16,34 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.kafka import Live, wait_until
+from tests.kafka import Live, unique_prefix, wait_until
 from tests.test_live_failover import (
+    PARTITIONS,
     Feed,
     _pair,
     _settle,
     _stopped,
     _verify,
-    live,  # noqa: F401 - the fixture
     worker_of,
 )
 
 pytestmark = pytest.mark.kafka
 
 TARGET_S = 5.0
+
+
+@pytest.fixture
+def live(kafka: str) -> Iterator[Live]:
+    lv = Live(kafka, unique_prefix(), partitions=PARTITIONS, watch_inbox=True).start()
+    try:
+        yield lv
+    finally:
+        lv.close()
 
 
 def _held_by(live: Live, names: dict[str, str], victim: str) -> set[int]:
@@ -45,7 +55,7 @@ def _taken(live: Live, names: dict[str, str], partitions: set[int], survivor: st
     return all(owners.get(p) == survivor for p in partitions)
 
 
-def test_a_killed_owners_partitions_move_within_5_s(live: Live, kafka: str,  # noqa: F811
+def test_a_killed_owners_partitions_move_within_5_s(live: Live, kafka: str,
                                                     tmp_path: Path) -> None:
     procs, ports = _pair(live, kafka, tmp_path)
     names = {n: n for n in procs}
@@ -76,8 +86,11 @@ def test_a_killed_owners_partitions_move_within_5_s(live: Live, kafka: str,  # n
             p.kill()
 
 
-def test_a_frozen_owners_partitions_move_within_5_s_and_it_is_fenced(  # noqa: F811
-        live: Live, kafka: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("hold_s", [0.0, 7.0], ids=["resumed-at-once", "past-session-timeout"])
+def test_a_frozen_owners_partitions_move_within_5_s_and_it_is_fenced(
+        live: Live, kafka: str, tmp_path: Path, hold_s: float) -> None:
+    """Resumed at once, it is still a member of the group and claims its partitions back;
+    resumed after its session timeout, the group has moved them too (the slow path on top)."""
     # "wa" freezes itself (SIGSTOP) in the middle of a batch, after its 300th journal record:
     # it holds a half-written batch while "wb" takes its partitions over.
     procs, ports = _pair(live, kafka, tmp_path, env={"wa": {"ALLOT_FAULT_STOP_AFTER_SENDS": "300"}})
@@ -96,6 +109,7 @@ def test_a_frozen_owners_partitions_move_within_5_s_and_it_is_fenced(  # noqa: F
         takeover = time.monotonic() - t_freeze
         print(f"takeover of a frozen owner: {takeover:.2f} s of partitions {sorted(held)}")
         assert takeover <= TARGET_S, f"takeover took {takeover:.1f} s"
+        time.sleep(max(0.0, hold_s - (time.monotonic() - t_freeze)))
         procs["wa"].signal(signal.SIGCONT)
         # It wakes with the rest of a batch in hand and writes it under its old claim;
         # then the taker's beats show it a newer claim: it stops writing there.
