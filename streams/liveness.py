@@ -27,7 +27,9 @@ The rule, for partition ``p``:
   same view (rendezvous hashing over live incarnations), and never to a worker
   that the consumer group gave ``p`` (that worker takes it on the group path);
 - a worker holding ``p`` under a claim offset lower than another worker's is
-  *fenced* on ``p``;
+  *fenced* on ``p``; if the newer claim was a fast-path one and the group
+  gives ``p`` to the fenced worker, it claims ``p`` back (the group's word
+  stands over a cover taken while it was silent);
 - a holder that was taken over and then claimed its partition back (it was
   only slow: a long pause, a loaded machine) gets a *strike*: its lapse doubles
   for each, up to ``max_lapse_s`` (the group's session timeout), so a worker
@@ -55,6 +57,7 @@ class Beat(msgspec.Struct, frozen=True, kw_only=True):
     seq: int                    # beats of this incarnation so far
     at: float                   # the writer's wall clock (seconds), for history only
     held: dict[int, int] = {}   # partition -> journal offset of this worker's claim there
+    fast: list[int] = []        # of those, the ones held outside the group's assignment
 
 
 def encode_beat(beat: Beat) -> bytes:
@@ -90,6 +93,7 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
 
     take: frozenset[int] = frozenset()     # orphans this worker claims (fast path)
     fenced: frozenset[int] = frozenset()   # partitions a newer claim took from this worker
+    by_fast: frozenset[int] = frozenset()  # of those, fenced by a claim taken on the fast path
     orphans: dict[int, str] = {}           # orphan -> its lapsed holder (for logs)
 
 
@@ -158,7 +162,10 @@ class Liveness:
         take = frozenset(p for p in orphans
                          if p not in mine and p not in group and p not in busy
                          and rendezvous(p, live) == self.me)
-        return Decision(take=take, fenced=fenced, orphans=orphans)
+        by_fast = frozenset(p for p in fenced
+                            if (b := self.last.get(self.holder[p][1])) is not None
+                            and p in b[1].fast)
+        return Decision(take=take, fenced=fenced, by_fast=by_fast, orphans=orphans)
 
     def forget(self, now: float, keep_s: float) -> None:
         """Drop incarnations silent for ``keep_s`` that hold nothing (bounded memory)."""

@@ -129,6 +129,7 @@ class PartitionState:
         self.seeks = 0
         self.nudges: dict[str, float] = {}      # cluster -> when the last nudge was sent
         self.broken = False                     # a produce failed: rebuild from the journal
+        self.foreign_checked = 0                # how many of own.foreign were read for claims
         # (how, journal offset) of the snapshot this state was rebuilt from: "prefetch" (restored
         # while the group joined) or "claim" (after the claim); None: folded from the start.
         self.restored_from: tuple[str, int] | None = None
@@ -329,7 +330,8 @@ class Worker:
         while True:
             self._beats_sent += 1
             beat = Beat(worker=self.incarnation, name=self.name, seq=self._beats_sent,
-                        at=time.time(), held=dict(self._claimed))
+                        at=time.time(), held=dict(self._claimed),
+                        fast=sorted(p for p in self._fast if p in self._claimed))
             try:
                 await self._producer.send(self.liveness_topic, encode_beat(beat),
                                           key=self.incarnation.encode(), partition=0)
@@ -366,7 +368,10 @@ class Worker:
         d = self.liveness.decide(time.monotonic(), self._claimed, self._assigned_now,
                                  busy=self._to_take)
         for p in sorted(d.fenced):
-            await self._fenced(p)
+            holder = self.liveness.holder.get(p)
+            async with self._lock:
+                self._drop_fenced(p, by=holder[1] if holder else None,
+                                  retake=p in d.by_fast)
         for p in sorted(d.take):
             self.log.warning("liveness.takeover", partition=p, holder=d.orphans.get(p),
                              lapse_s=self.settings.liveness_lapse_s)
@@ -374,29 +379,59 @@ class Worker:
             self._fast.add(p)
             self._to_take.add(p)
 
-    async def _fenced(self, p: int) -> None:
-        """A newer claim of another worker took ``p``: stop writing there (it would count for nobody)."""
-        async with self._lock:
-            holder = self.liveness.holder.get(p)
-            self._claimed.pop(p, None)
-            st = self.owned.pop(p, None)
-            if st is not None and st.snapshot_task is not None:
-                st.snapshot_task.cancel()
-            if p in self._fast:
-                self._fast.discard(p)
-                self._standby_assign()
-            elif p in self._assigned_now and self._consumer is not None:
-                with contextlib.suppress(KafkaError, AssertionError):
-                    self._consumer.pause(TopicPartition(self.inbox, p))
-            if p in self._assigned_now:
-                # The group still gives p to this worker (it was frozen or slow, not gone):
-                # the group's word stands, claim p back; the fast taker is fenced in turn.
-                self._to_take.add(p)
-            self.metrics.owned.set(len(self.owned))
-            self.log.warning("partition.fenced", partition=p,
-                             by=holder[1] if holder else None,
-                             claim_offset=holder[0] if holder else None,
-                             retake=p in self._assigned_now)
+    def _drop_fenced(self, p: int, by: str | None, retake: bool) -> None:
+        """A newer claim of another worker took ``p``: stop writing there (it counts for nobody).
+
+        ``retake``: the newer claim was a fast-path cover; if the group still gives ``p``
+        to this worker (it was frozen or slow, not gone), the group's word stands and it
+        claims ``p`` back. Otherwise (the group moved ``p``, or who claimed is unknown) the
+        partition is left to its new holder, and to the group's next assignment.
+        """
+        self._claimed.pop(p, None)
+        self.liveness.taken_from.pop(p, None)
+        st = self.owned.pop(p, None)
+        if st is not None and st.snapshot_task is not None:
+            st.snapshot_task.cancel()
+        if p in self._fast:
+            self._fast.discard(p)
+            self._standby_assign()
+        elif p in self._assigned_now and self._consumer is not None:
+            with contextlib.suppress(KafkaError, AssertionError):
+                self._consumer.pause(TopicPartition(self.inbox, p))
+        retake = retake and p in self._assigned_now
+        if retake:
+            self._to_take.add(p)
+        self.metrics.owned.set(len(self.owned))
+        self.log.warning("partition.fenced", partition=p, by=by, retake=retake)
+
+    async def _check_foreign(self, st: PartitionState) -> None:
+        """Read the records others appended between this owner's own writes; a claim fences it.
+
+        Beats announce every claim, but a claimer may die before its first beat. The
+        acknowledged offsets of this worker's own appends show every foreign record (the
+        gaps), so a newer claim is found at the next append (a tick, within a second)
+        whether it was announced or not.
+        """
+        assert self._reader is not None
+        gaps = st.own.foreign[st.foreign_checked:]
+        st.foreign_checked = len(st.own.foreign)
+        for lo, hi in gaps:
+            try:
+                async for batch in read_until(self._reader, self.journal, st.partition, lo, hi,
+                                              timeout_s=10.0):
+                    for msg in batch:
+                        try:
+                            rec = journal_record(msg)
+                        except BadJournalRecord:
+                            continue
+                        if rec.kind == KIND_CLAIM and rec.owner != st.token:
+                            if self.owned.get(st.partition) is st:
+                                self._drop_fenced(st.partition, by=f"claim at {msg.offset}",
+                                                  retake=False)
+                            return
+            except (KafkaError, AllotError) as exc:
+                self.log.warning("journal.gap_check_failed", partition=st.partition,
+                                 detail=str(exc))
 
     def _consumer_of(self, p: int) -> AIOKafkaConsumer:
         """The consumer that fetches inbox partition ``p``: the standby for fast-path partitions."""
@@ -540,6 +575,17 @@ class Worker:
             self._to_take -= partitions
             with contextlib.suppress(Exception):
                 await self._commit(force=True, only=partitions)
+            if self._standby is not None:
+                # Keep scheduling what the group took back, outside the group, until its
+                # next holder claims it (that claim fences this worker, and its beats or the
+                # gaps in its own appends tell it so) or the group gives it back (no claim,
+                # no fold). A rebalance then stalls no partition that does not move.
+                kept = {p for p in partitions if p in self.owned and not self.owned[p].broken}
+                self._fast |= kept
+                self._standby_assign()
+                if kept:
+                    self.log.info("partition.kept_outside_group", partitions=sorted(kept))
+                partitions = partitions - kept
             for p in partitions:
                 self._claimed.pop(p, None)
                 st = self.owned.pop(p, None)
@@ -756,7 +802,7 @@ class Worker:
         # Only the group's partitions: a fast-path one is not this member's to commit.
         offsets = {TopicPartition(self.inbox, p): st.next_offset for p, st in self.owned.items()
                    if (only is None or p in only) and st.next_offset > 0
-                   and p in self._assigned_now and p not in self._fast}
+                   and p not in self._fast}
         if offsets:
             try:
                 await self._consumer.commit(offsets)
@@ -958,6 +1004,8 @@ class Worker:
             self.metrics.journal_records.inc(len(offsets))
             if p in journaled_inbox:
                 st.last_inbox_offset = max(st.last_inbox_offset, journaled_inbox[p])
+            if len(st.own.foreign) > st.foreign_checked:
+                await self._check_foreign(st)
         if dead_futs:
             try:
                 await asyncio.gather(*dead_futs)
