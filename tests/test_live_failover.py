@@ -234,8 +234,10 @@ def test_a_frozen_owner_is_fenced_and_the_journals_stay_exact(live: Live, kafka:
                    60, what="wb to take over wa's partitions")
         procs["wa"].signal(signal.SIGCONT)
         # It wakes with the rest of a batch in hand, writes it under its old claim, then
-        # learns it lost the group and rejoins.
-        wait_until(lambda: "partition.revoked" in procs["wa"].log_text(), 60,
+        # learns it lost the group and rejoins, or first finds the newer claim among the
+        # offsets of its own appends (``partition.fenced``) and stops writing there.
+        wait_until(lambda: any(e in procs["wa"].log_text()
+                               for e in ("partition.revoked", "partition.fenced")), 60,
                    what="wa to notice")
         time.sleep(3)
         feed.finish()
