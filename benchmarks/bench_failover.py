@@ -63,8 +63,11 @@ async def bench(bootstrap: str, trials: int, faults: tuple[str, ...], liveness: 
     await ensure_topics(bootstrap, prefix, PARTITIONS)
     journals = [await Journal(bootstrap, prefix, p).start() for p in range(PARTITIONS)]
 
+    lives = {"wa": 0, "wb": 0}
+
     def spawn(name: str) -> WorkerProc:
-        return WorkerProc(f"failover-{name}", settings_for(
+        lives[name] += 1
+        return WorkerProc(f"failover-{name}-{lives[name]}", settings_for(
             bootstrap, prefix, clusters, worker_name=name, liveness=liveness,
             snapshot_every_records=500))
 

@@ -23,6 +23,11 @@ The rule, for partition ``p``:
 - ``p`` is *orphaned* when the holder's latest beat still names ``p`` and that
   beat is older than the lapse (it died or froze holding ``p``; a holder that
   let ``p`` go, on a group revocation, leaves it to the group);
+- silence is measured on the observer's own view: up to when it last heard
+  its *own* beat back (plus one interval), not up to its clock. A worker that
+  was frozen itself, or whose reader stalls, has heard nobody lately, itself
+  included, so it sees nobody lapse until its view is current again (it must
+  not take from the living what it merely failed to hear);
 - an orphan goes to one live worker, the same one for every observer with the
   same view (rendezvous hashing over live incarnations), and never to a worker
   that the consumer group gave ``p`` (that worker takes it on the group path);
@@ -100,9 +105,11 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
 class Liveness:
     """What every worker last said, and the newest claim known per partition. Pure."""
 
-    def __init__(self, me: str, lapse_s: float, max_lapse_s: float | None = None) -> None:
+    def __init__(self, me: str, lapse_s: float, max_lapse_s: float | None = None,
+                 interval_s: float = 0.5) -> None:
         self.me = me
         self.lapse = lapse_s
+        self.interval = interval_s
         self.max_lapse = max(lapse_s, max_lapse_s if max_lapse_s is not None else lapse_s)
         self.last: dict[str, tuple[float, Beat]] = {}     # worker -> (heard at, its latest beat)
         self.holder: dict[int, tuple[int, str]] = {}      # partition -> (claim offset, worker)
@@ -127,9 +134,20 @@ class Liveness:
         if partition not in self.holder or offset > self.holder[partition][0]:
             self.holder[partition] = (offset, self.me)
 
+    def view_time(self, now: float) -> float | None:
+        """How far this worker's view reaches: its own last beat heard back, plus an interval.
+
+        None before its first beat came back (nothing is known to be current yet).
+        """
+        own = self.last.get(self.me)
+        return None if own is None else min(now, own[0] + self.interval)
+
     def alive(self, now: float) -> set[str]:
-        """The incarnations heard within the lapse, and this worker."""
-        return {w for w, (at, _) in self.last.items() if now - at <= self.lapse_of(w)} | {self.me}
+        """The incarnations heard within their lapse (on this worker's view), and this worker."""
+        ref = self.view_time(now)
+        if ref is None:
+            return set(self.last) | {self.me}
+        return {w for w, (at, _) in self.last.items() if ref - at <= self.lapse_of(w)} | {self.me}
 
     def took(self, partition: int, holder: str) -> None:
         """This worker is taking ``partition`` over from ``holder`` (for the strike rule)."""

@@ -163,7 +163,8 @@ class Worker:
         self.incarnation = f"{self.name}/{uuid.uuid4().hex[:8]}"
         # Backing off up to the session timeout: past it, the group moves partitions anyway.
         self.liveness = Liveness(self.incarnation, settings.liveness_lapse_s,
-                                 max_lapse_s=settings.session_timeout_ms / 1000)
+                                 max_lapse_s=settings.session_timeout_ms / 1000,
+                                 interval_s=settings.liveness_interval_s)
         self._fast: set[int] = set()            # partitions held outside the group (fast path)
         self._claimed: dict[int, int] = {}      # partition -> offset of this worker's claim
         self._beats_sent = 0

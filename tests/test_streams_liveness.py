@@ -8,6 +8,7 @@ import pytest
 from streams.liveness import (
     HISTORY_LAPSES,
     Beat,
+    Decision,
     Liveness,
     decode_beat,
     encode_beat,
@@ -23,7 +24,15 @@ def beat(worker: str, seq: int, held: dict[int, int] | None = None) -> Beat:
 
 
 def view(me: str = "b/1") -> Liveness:
-    return Liveness(me, LAPSE, max_lapse_s=6.0)
+    return Liveness(me, LAPSE, max_lapse_s=6.0, interval_s=0.5)
+
+
+def decide(lv: Liveness, now: float, mine: dict[int, int], group: set[int],
+           busy: frozenset[int] = frozenset()) -> Decision:
+    """``lv.decide`` by an observer whose view is current: its own beat just came back."""
+    prev = lv.last.get(lv.me)
+    lv.heard(beat(lv.me, (prev[1].seq + 1) if prev else 1, dict(mine)), at=now)
+    return lv.decide(now, mine, group=group, busy=busy)
 
 
 def test_a_beat_round_trips_and_garbage_is_refused() -> None:
@@ -41,9 +50,9 @@ def test_a_silent_holders_partitions_go_to_the_live_worker_after_the_lapse() -> 
     lv.heard(beat("b/1", 1, {1: 6, 3: 7}), at=10.0)
     mine = {1: 6, 3: 7}
     # Within the lapse nothing moves.
-    assert lv.decide(11.9, mine, group={1, 3}).take == frozenset()
+    assert decide(lv, 11.9, mine, group={1, 3}).take == frozenset()
     # Past it, b (the only live worker) takes both of a's partitions.
-    d = lv.decide(12.1, mine, group={1, 3})
+    d = decide(lv, 12.1, mine, group={1, 3})
     assert d.take == {0, 2} and d.orphans == {0: "a/1", 2: "a/1"}
     assert d.fenced == frozenset()
 
@@ -52,28 +61,28 @@ def test_a_beat_heard_in_time_keeps_the_holder() -> None:
     lv = view()
     lv.heard(beat("a/1", 1, {0: 5}), at=10.0)
     lv.heard(beat("a/1", 2, {0: 5}), at=11.5)
-    assert lv.decide(13.0, {}, group=set()).take == frozenset()
-    assert lv.decide(13.6, {}, group=set()).take == {0}
+    assert decide(lv, 13.0, {}, group=set()).take == frozenset()
+    assert decide(lv, 13.6, {}, group=set()).take == {0}
 
 
 def test_a_late_old_beat_does_not_move_the_last_heard_time_back() -> None:
     lv = view()
     lv.heard(beat("a/1", 5, {0: 5}), at=20.0)
     lv.heard(beat("a/1", 4, {0: 5}), at=10.0)
-    assert lv.decide(21.0, {}, group=set()).take == frozenset()
+    assert decide(lv, 21.0, {}, group=set()).take == frozenset()
 
 
 def test_a_partition_the_holder_let_go_is_left_to_the_group() -> None:
     lv = view()
     lv.heard(beat("a/1", 1, {0: 5, 2: 9}), at=10.0)
     lv.heard(beat("a/1", 2, {2: 9}), at=10.5)      # revoked 0, then died holding 2
-    assert lv.decide(20.0, {}, group=set()).take == {2}
+    assert decide(lv, 20.0, {}, group=set()).take == {2}
 
 
 def test_never_taken_on_the_fast_path_what_the_group_gave_or_what_is_being_taken() -> None:
     lv = view()
     lv.heard(beat("a/1", 1, {0: 5, 2: 9}), at=10.0)
-    d = lv.decide(20.0, {}, group={0}, busy={2})
+    d = decide(lv, 20.0, {}, group={0}, busy={2})
     assert d.take == frozenset() and set(d.orphans) == {0, 2}
 
 
@@ -81,12 +90,12 @@ def test_the_newest_claim_holds_and_fences_the_older() -> None:
     lv = view("a/1")
     lv.heard(beat("a/1", 1, {0: 5}), at=10.0)
     lv.heard(beat("b/1", 1, {0: 12}), at=10.2)      # b claimed 0 at offset 12, after a's 5
-    d = lv.decide(10.3, {0: 5}, group={0})
+    d = decide(lv, 10.3, {0: 5}, group={0})
     assert d.fenced == {0}
     assert lv.holder[0] == (12, "b/1")
     # A holder's own newer claim is known at once, before its next beat.
     lv.claimed(0, 20)
-    assert lv.decide(10.4, {0: 20}, group={0}).fenced == frozenset()
+    assert decide(lv, 10.4, {0: 20}, group={0}).fenced == frozenset()
     assert lv.holder[0] == (20, "a/1")
 
 
@@ -97,7 +106,7 @@ def test_exactly_one_of_several_live_workers_takes_each_orphan() -> None:
         lv = view(me)
         for b in beats:
             lv.heard(b, at=10.0 if b.worker == "a/1" else 19.0)
-        takes[me] = lv.decide(20.0, {}, group=set()).take
+        takes[me] = decide(lv, 20.0, {}, group=set()).take
     assert takes["b/1"] | takes["c/1"] == set(range(8))
     assert takes["b/1"].isdisjoint(takes["c/1"])
     assert takes["b/1"] and takes["c/1"], "rendezvous spreads eight partitions over two"
@@ -107,16 +116,16 @@ def test_exactly_one_of_several_live_workers_takes_each_orphan() -> None:
 def test_a_holder_that_comes_back_gets_a_longer_lapse_up_to_the_cap() -> None:
     lv = view("b/1")
     lv.heard(beat("a/1", 1, {0: 5}), at=10.0)
-    d = lv.decide(12.5, {}, group=set())
+    d = decide(lv, 12.5, {}, group=set())
     assert d.take == {0}
     lv.took(0, d.orphans[0])
     lv.claimed(0, 8)
     lv.heard(beat("a/1", 2, {0: 11}), at=13.0)      # it was alive: claimed 0 back
-    assert lv.decide(13.1, {0: 8}, group=set()).fenced == {0}
+    assert decide(lv, 13.1, {0: 8}, group=set()).fenced == {0}
     assert lv.lapse_of("a/1") == 4.0
     # Silent again: now it has 4 s, not 2.
-    assert lv.decide(16.0, {}, group=set()).take == frozenset()
-    assert lv.decide(17.1, {}, group=set()).take == {0}
+    assert decide(lv, 16.0, {}, group=set()).take == frozenset()
+    assert decide(lv, 17.1, {}, group=set()).take == {0}
     lv.strikes["a/1"] = 10
     assert lv.lapse_of("a/1") == 6.0
 
@@ -135,3 +144,20 @@ def test_forgotten_only_when_silent_and_holding_nothing() -> None:
     lv.heard(beat("c/1", 1), at=10.0)
     lv.forget(1_000.0, keep_s=600.0)
     assert set(lv.last) == {"a/1"}
+
+
+def test_an_observer_that_was_frozen_takes_nothing_until_its_view_is_current() -> None:
+    lv = view("a/1")
+    lv.heard(beat("b/1", 1, {1: 3}), at=10.0)
+    lv.heard(beat("a/1", 1, {0: 2}), at=10.1)
+    # Frozen from 10.2 to 30: nothing heard meanwhile, its own beats included.
+    assert lv.decide(30.0, {0: 2}, group={0}).take == frozenset()
+    # Its reader catches up: b's beats written meanwhile arrive with its own.
+    lv.heard(beat("b/1", 40, {1: 3}), at=30.2)
+    lv.heard(beat("a/1", 2, {0: 2}), at=30.2)
+    assert lv.decide(30.3, {0: 2}, group={0}).take == frozenset()
+    # Before its first own beat came back it knows nothing current: nobody lapses.
+    fresh = view("c/1")
+    fresh.heard(beat("b/1", 1, {1: 3}), at=10.0)
+    assert fresh.decide(60.0, {}, group=set()).take == frozenset()
+    assert decide(fresh, 60.0, {}, group=set()).take == {1}
