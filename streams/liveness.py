@@ -32,14 +32,14 @@ The rule, for partition ``p``:
   same view (rendezvous hashing over live incarnations), and never to a worker
   that the consumer group gave ``p`` (that worker takes it on the group path);
 - a worker holding ``p`` under a claim offset lower than another worker's is
-  *fenced* on ``p``; if the newer claim was a fast-path one and the group
-  gives ``p`` to the fenced worker, it claims ``p`` back (the group's word
-  stands over a cover taken while it was silent);
-- a holder that was taken over and then claimed its partition back (it was
-  only slow: a long pause, a loaded machine) gets a *strike*: its lapse doubles
-  for each, up to ``max_lapse_s`` (the group's session timeout), so a worker
-  that stalls again and again costs takeovers that back off instead of a
-  livelock of claims and folds.
+  *fenced* on ``p``;
+- a worker the group gives ``p`` that does not hold it, while another holds
+  it on the fast path (a cover taken while this one was silent: it was frozen
+  or slow, not gone) or has lapsed, *reclaims* ``p``: the group's word stands
+  over a cover.
+  A worker that stalls longer than the lapse again and again therefore costs
+  a claim and a fold each time (safe, not free): raise the lapse on machines
+  where that happens.
 """
 
 from __future__ import annotations
@@ -98,27 +98,19 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
 
     take: frozenset[int] = frozenset()     # orphans this worker claims (fast path)
     fenced: frozenset[int] = frozenset()   # partitions a newer claim took from this worker
-    by_fast: frozenset[int] = frozenset()  # of those, fenced by a claim taken on the fast path
+    reclaim: frozenset[int] = frozenset()  # the group's partitions a fast-path cover holds
     orphans: dict[int, str] = {}           # orphan -> its lapsed holder (for logs)
 
 
 class Liveness:
     """What every worker last said, and the newest claim known per partition. Pure."""
 
-    def __init__(self, me: str, lapse_s: float, max_lapse_s: float | None = None,
-                 interval_s: float = 0.5) -> None:
+    def __init__(self, me: str, lapse_s: float, interval_s: float = 0.5) -> None:
         self.me = me
         self.lapse = lapse_s
         self.interval = interval_s
-        self.max_lapse = max(lapse_s, max_lapse_s if max_lapse_s is not None else lapse_s)
         self.last: dict[str, tuple[float, Beat]] = {}     # worker -> (heard at, its latest beat)
         self.holder: dict[int, tuple[int, str]] = {}      # partition -> (claim offset, worker)
-        self.strikes: dict[str, int] = {}                 # worker -> times it came back
-        self.taken_from: dict[int, str] = {}              # partition -> whom this worker took it from
-
-    def lapse_of(self, worker: str) -> float:
-        """How long ``worker`` may be silent before its partitions are taken (backs off)."""
-        return min(self.max_lapse, self.lapse * 2 ** self.strikes.get(worker, 0))
 
     def heard(self, beat: Beat, at: float) -> None:
         """Fold one beat, heard at ``at`` (monotonic). Beats of one worker may arrive late."""
@@ -147,11 +139,7 @@ class Liveness:
         ref = self.view_time(now)
         if ref is None:
             return set(self.last) | {self.me}
-        return {w for w, (at, _) in self.last.items() if ref - at <= self.lapse_of(w)} | {self.me}
-
-    def took(self, partition: int, holder: str) -> None:
-        """This worker is taking ``partition`` over from ``holder`` (for the strike rule)."""
-        self.taken_from[partition] = holder
+        return {w for w, (at, _) in self.last.items() if ref - at <= self.lapse} | {self.me}
 
     def decide(self, now: float, mine: Mapping[int, int], group: Set[int],
                busy: Set[int] = frozenset()) -> Decision:
@@ -164,10 +152,6 @@ class Liveness:
         fenced = frozenset(p for p, offset in mine.items()
                            if (h := self.holder.get(p)) is not None
                            and h[1] != self.me and h[0] > offset)
-        for p in fenced:
-            # The one we took p from claimed it back: it was alive after all.
-            if self.taken_from.pop(p, None) == self.holder[p][1]:
-                self.strikes[self.holder[p][1]] = self.strikes.get(self.holder[p][1], 0) + 1
         live = self.alive(now)
         orphans: dict[int, str] = {}
         for p, (_, worker) in self.holder.items():
@@ -180,10 +164,12 @@ class Liveness:
         take = frozenset(p for p in orphans
                          if p not in mine and p not in group and p not in busy
                          and rendezvous(p, live) == self.me)
-        by_fast = frozenset(p for p in fenced
-                            if (b := self.last.get(self.holder[p][1])) is not None
-                            and p in b[1].fast)
-        return Decision(take=take, fenced=fenced, by_fast=by_fast, orphans=orphans)
+        reclaim = frozenset(p for p in group
+                            if (p not in mine or p in fenced) and p not in busy
+                            and (h := self.holder.get(p)) is not None and h[1] != self.me
+                            and (h[1] not in live
+                                 or ((b := self.last.get(h[1])) is not None and p in b[1].fast)))
+        return Decision(take=take, fenced=fenced, reclaim=reclaim, orphans=orphans)
 
     def forget(self, now: float, keep_s: float) -> None:
         """Drop incarnations silent for ``keep_s`` that hold nothing (bounded memory)."""
@@ -191,4 +177,3 @@ class Liveness:
         for w in [w for w, (at, _) in self.last.items()
                   if now - at > keep_s and w not in holding and w != self.me]:
             del self.last[w]
-            self.strikes.pop(w, None)

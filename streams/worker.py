@@ -161,9 +161,7 @@ class Worker:
         self.liveness_topic = topic(LIVENESS, settings.topic_prefix)
         # A new incarnation per start: a restarted worker is not its dead predecessor.
         self.incarnation = f"{self.name}/{uuid.uuid4().hex[:8]}"
-        # Backing off up to the session timeout: past it, the group moves partitions anyway.
         self.liveness = Liveness(self.incarnation, settings.liveness_lapse_s,
-                                 max_lapse_s=settings.session_timeout_ms / 1000,
                                  interval_s=settings.liveness_interval_s)
         self._fast: set[int] = set()            # partitions held outside the group (fast path)
         self._claimed: dict[int, int] = {}      # partition -> offset of this worker's claim
@@ -371,25 +369,27 @@ class Worker:
         for p in sorted(d.fenced):
             holder = self.liveness.holder.get(p)
             async with self._lock:
-                self._drop_fenced(p, by=holder[1] if holder else None,
-                                  retake=p in d.by_fast)
+                self._drop_fenced(p, by=holder[1] if holder else None)
         for p in sorted(d.take):
             self.log.warning("liveness.takeover", partition=p, holder=d.orphans.get(p),
                              lapse_s=self.settings.liveness_lapse_s)
-            self.liveness.took(p, d.orphans[p])
             self._fast.add(p)
             self._to_take.add(p)
+        for p in sorted(d.reclaim):
+            # The group gives p to this worker and a cover holds it (taken while this one
+            # was silent): the group's word stands, claim p back; the cover is fenced.
+            if p in self._assigned_now and p not in self._to_take:
+                self.log.warning("liveness.reclaim", partition=p,
+                                 cover=self.liveness.holder[p][1])
+                self._to_take.add(p)
 
-    def _drop_fenced(self, p: int, by: str | None, retake: bool) -> None:
+    def _drop_fenced(self, p: int, by: str | None) -> None:
         """A newer claim of another worker took ``p``: stop writing there (it counts for nobody).
 
-        ``retake``: the newer claim was a fast-path cover; if the group still gives ``p``
-        to this worker (it was frozen or slow, not gone), the group's word stands and it
-        claims ``p`` back. Otherwise (the group moved ``p``, or who claimed is unknown) the
-        partition is left to its new holder, and to the group's next assignment.
+        The partition is left to its new holder; if that is a fast-path cover and the
+        group gives ``p`` to this worker, the next liveness turn reclaims it.
         """
         self._claimed.pop(p, None)
-        self.liveness.taken_from.pop(p, None)
         st = self.owned.pop(p, None)
         if st is not None and st.snapshot_task is not None:
             st.snapshot_task.cancel()
@@ -399,11 +399,8 @@ class Worker:
         elif p in self._assigned_now and self._consumer is not None:
             with contextlib.suppress(KafkaError, AssertionError):
                 self._consumer.pause(TopicPartition(self.inbox, p))
-        retake = retake and p in self._assigned_now
-        if retake:
-            self._to_take.add(p)
         self.metrics.owned.set(len(self.owned))
-        self.log.warning("partition.fenced", partition=p, by=by, retake=retake)
+        self.log.warning("partition.fenced", partition=p, by=by)
 
     async def _check_foreign(self, st: PartitionState) -> None:
         """Read the records others appended between this owner's own writes; a claim fences it.
@@ -427,8 +424,7 @@ class Worker:
                             continue
                         if rec.kind == KIND_CLAIM and rec.owner != st.token:
                             if self.owned.get(st.partition) is st:
-                                self._drop_fenced(st.partition, by=f"claim at {msg.offset}",
-                                                  retake=False)
+                                self._drop_fenced(st.partition, by=f"claim at {msg.offset}")
                             return
             except (KafkaError, AllotError) as exc:
                 self.log.warning("journal.gap_check_failed", partition=st.partition,

@@ -24,7 +24,7 @@ def beat(worker: str, seq: int, held: dict[int, int] | None = None) -> Beat:
 
 
 def view(me: str = "b/1") -> Liveness:
-    return Liveness(me, LAPSE, max_lapse_s=6.0, interval_s=0.5)
+    return Liveness(me, LAPSE, interval_s=0.5)
 
 
 def decide(lv: Liveness, now: float, mine: dict[int, int], group: set[int],
@@ -113,21 +113,21 @@ def test_exactly_one_of_several_live_workers_takes_each_orphan() -> None:
     assert all(rendezvous(p, {"b/1", "c/1"}) in ("b/1", "c/1") for p in range(8))
 
 
-def test_a_holder_that_comes_back_gets_a_longer_lapse_up_to_the_cap() -> None:
-    lv = view("b/1")
+def test_the_groups_assignee_reclaims_from_a_fast_path_cover_not_from_a_group_holder() -> None:
+    lv = view("a/1")
     lv.heard(beat("a/1", 1, {0: 5}), at=10.0)
-    d = decide(lv, 12.5, {}, group=set())
-    assert d.take == {0}
-    lv.took(0, d.orphans[0])
-    lv.claimed(0, 8)
-    lv.heard(beat("a/1", 2, {0: 11}), at=13.0)      # it was alive: claimed 0 back
-    assert decide(lv, 13.1, {0: 8}, group=set()).fenced == {0}
-    assert lv.lapse_of("a/1") == 4.0
-    # Silent again: now it has 4 s, not 2.
-    assert decide(lv, 16.0, {}, group=set()).take == frozenset()
-    assert decide(lv, 17.1, {}, group=set()).take == {0}
-    lv.strikes["a/1"] = 10
-    assert lv.lapse_of("a/1") == 6.0
+    # b covered partition 0 while a was frozen: a fast-path claim at 9.
+    lv.heard(Beat(worker="b/1", name="b", seq=1, at=0.0, held={0: 9}, fast=[0]), at=10.2)
+    d = decide(lv, 10.3, {0: 5}, group={0})
+    assert d.fenced == {0} and d.reclaim == {0}
+    # Being taken already: not twice.
+    assert decide(lv, 10.4, {}, group={0}, busy=frozenset({0})).reclaim == frozenset()
+    # b holds it from the group (its newer assignment): a leaves it alone.
+    lv.heard(Beat(worker="b/1", name="b", seq=2, at=0.0, held={0: 9}, fast=[]), at=10.5)
+    assert decide(lv, 10.6, {}, group={0}).reclaim == frozenset()
+    # b died holding it: a, still given 0 by the group, claims it back (not a fast take).
+    d = decide(lv, 13.0, {}, group={0})
+    assert d.reclaim == {0} and d.take == frozenset()
 
 
 def test_history_read_at_start_counts_as_heard_when_written() -> None:
