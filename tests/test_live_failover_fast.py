@@ -121,6 +121,10 @@ def test_a_frozen_owners_partitions_move_within_5_s_and_it_is_fenced(
         totals = _verify(live, ports, owners_now)
         assert totals["fenced"] > 0, "wa wrote nothing after the takeover"
         assert totals["inputs"] >= feed.sent
+        if hold_s == 0.0:
+            # Still the group's member for them: it claimed its partitions back from the cover.
+            assert "liveness.reclaim" in procs["wa"].log_text()
+            assert "wa" in owners_now.values(), owners_now
     finally:
         for p in procs.values():
             p.signal(signal.SIGCONT)
