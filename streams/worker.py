@@ -413,22 +413,30 @@ class Worker:
         assert self._reader is not None
         gaps = st.own.foreign[st.foreign_checked:]
         st.foreign_checked = len(st.own.foreign)
-        for lo, hi in gaps:
-            try:
-                async for batch in read_until(self._reader, self.journal, st.partition, lo, hi,
-                                              timeout_s=10.0):
-                    for msg in batch:
-                        try:
-                            rec = journal_record(msg)
-                        except BadJournalRecord:
-                            continue
-                        if rec.kind == KIND_CLAIM and rec.owner != st.token:
-                            if self.owned.get(st.partition) is st:
-                                self._drop_fenced(st.partition, by=f"claim at {msg.offset}")
-                            return
-            except (KafkaError, AllotError) as exc:
-                self.log.warning("journal.gap_check_failed", partition=st.partition,
-                                 detail=str(exc))
+        if not gaps:
+            return
+
+        def foreign(offset: int) -> bool:
+            return any(lo <= offset <= hi for lo, hi in gaps)
+
+        # One read over all the new gaps (each fetch costs Tansu's fetch wait).
+        try:
+            async for batch in read_until(self._reader, self.journal, st.partition, gaps[0][0],
+                                          gaps[-1][1], timeout_s=10.0):
+                for msg in batch:
+                    if not foreign(msg.offset):
+                        continue
+                    try:
+                        rec = journal_record(msg)
+                    except BadJournalRecord:
+                        continue
+                    if rec.kind == KIND_CLAIM and rec.owner != st.token:
+                        if self.owned.get(st.partition) is st:
+                            self._drop_fenced(st.partition, by=f"claim at {msg.offset}")
+                        return
+        except (KafkaError, AllotError) as exc:
+            self.log.warning("journal.gap_check_failed", partition=st.partition,
+                             detail=str(exc))
 
     def _consumer_of(self, p: int) -> AIOKafkaConsumer:
         """The consumer that fetches inbox partition ``p``: the standby for fast-path partitions."""
@@ -823,9 +831,11 @@ class Worker:
             for p in broken:
                 async with self._lock:
                     st = self.owned.pop(p, None)
-                    if st is not None and p in self._assigned_now:
+                    if st is not None and (p in self._assigned_now or p in self._fast):
                         self.log.warning("partition.rebuild", partition=p)
                         await self._take(p)
+                    elif st is not None:
+                        self._claimed.pop(p, None)
             self.metrics.beat()
             try:
                 extra: dict[TopicPartition, list[Any]] = {}
