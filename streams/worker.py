@@ -49,7 +49,7 @@ import native
 from events import ClockTicked, Event, encode, tag_of
 from events.errors import AllotError
 from events.limits import MAX_RECORD_BYTES
-from identity.journal_seal import SealCheck, seal
+from identity.journal_seal import HEADER_SEAL, SealCheck, seal
 from identity.keys import public_from_hex, public_of
 from scheduler import Engine
 from streams import logs, processor, snapshots, topics
@@ -90,6 +90,8 @@ LIVENESS_RETENTION_MS = 3600 * 1000
 LIVENESS_TAIL = 512
 # Incarnations silent this long that hold nothing are forgotten.
 LIVENESS_FORGET_S = 600.0
+# The kind a beat's seal is computed under (never a journal record's kind).
+BEAT_SEAL_KIND = "beat"
 # After this many seeks back to the same expected offset, accept that the offsets between
 # do not exist (a transactional producer's control records, a retention cut).
 MAX_SEEKS_TO_SAME_OFFSET = 3
@@ -331,8 +333,12 @@ class Worker:
             beat = Beat(worker=self.incarnation, name=self.name, seq=self._beats_sent,
                         at=time.time(), held=dict(self._claimed),
                         fast=sorted(p for p in self._fast if p in self._claimed))
+            value = encode_beat(beat)
+            # Sealed like the journal: a beat can fence a worker, so only the group may write one.
+            headers = [seal(self.key, 0, BEAT_SEAL_KIND, self.incarnation, None, value)] \
+                if self._seal_check is not None else None
             try:
-                await self._producer.send(self.liveness_topic, encode_beat(beat),
+                await self._producer.send(self.liveness_topic, value, headers=headers,
                                           key=self.incarnation.encode(), partition=0)
             except KafkaError as exc:
                 self.log.warning("liveness.beat_failed", detail=str(exc))
@@ -357,8 +363,20 @@ class Worker:
                     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
                         self.log.debug("liveness.bad_beat", offset=m.offset, detail=str(exc))
                         continue
+                    if not self._beat_sealed(beat, m):
+                        self.log.warning("liveness.forged_beat", offset=m.offset,
+                                         worker=beat.worker[:80])
+                        continue
                     self.liveness.heard(beat, heard_at(now, beat.at, wall, lapse))
             self.liveness.forget(now, LIVENESS_FORGET_S)
+
+    def _beat_sealed(self, beat: Beat, msg: Any) -> bool:
+        """True when seals are off, or ``msg`` carries a valid seal of ``beat``'s writer."""
+        if self._seal_check is None:
+            return True
+        mac = next((v for k, v in (msg.headers or ()) if k == HEADER_SEAL), None)
+        return mac is not None and self._seal_check(0, BEAT_SEAL_KIND, beat.worker, None,
+                                                    msg.value, mac)
 
     async def _liveness_turn(self) -> None:
         """One turn of the fast path: give up what a newer claim fenced, claim the orphans."""
@@ -430,6 +448,10 @@ class Worker:
                         rec = journal_record(msg)
                     except BadJournalRecord:
                         continue
+                    if self._seal_check is not None and (rec.seal is None or not self._seal_check(
+                            rec.partition, rec.kind, rec.owner, rec.inbox_offset, rec.value,
+                            rec.seal)):
+                        continue   # forged: it fences nothing (as in every fold)
                     if rec.kind == KIND_CLAIM and rec.owner != st.token:
                         if self.owned.get(st.partition) is st:
                             self._drop_fenced(st.partition, by=f"claim at {msg.offset}")

@@ -129,3 +129,47 @@ def test_a_frozen_owners_partitions_move_within_5_s_and_it_is_fenced(
         for p in procs.values():
             p.signal(signal.SIGCONT)
             p.kill()
+
+
+def test_a_claim_nobody_announced_is_found_in_the_gaps_and_a_forged_one_is_not(
+        kafka: str) -> None:
+    # A claimer may die right after its claim, before its first beat: the owner finds the
+    # claim among the offsets between its own appends (its ticks) and stops writing there.
+    # An unsealed claim (nobody of the group wrote it) fences nothing, as in every fold.
+    from identity.journal_seal import seal
+    from streams.records import KIND_CLAIM, Claim, encode_claim, journal_headers
+    from tests.kafka import TICK_KEY
+
+    lv = Live(kafka, unique_prefix(), partitions=PARTITIONS).start()
+    try:
+        cluster = "gap-a"
+        w = lv.start_worker((cluster,), tick_interval_s=0.2)
+        p = lv.partition_of(cluster)
+        lv.wait_event(cluster, lambda e: True, what="the first tick")
+        mine = lv.claims(p)[-1].token
+
+        def claim(token: str, sealed: bool) -> int:
+            value = encode_claim(Claim(token=token, worker="ghost", partition=p, at=time.time()))
+            headers = journal_headers(KIND_CLAIM, token)
+            if sealed:
+                headers.append(seal(TICK_KEY.encode(), p, KIND_CLAIM, token, None, value))
+
+            async def go() -> int:
+                assert lv._producer is not None
+                md = await lv._producer.send_and_wait(lv.journal_topic, value, key=b"claim",
+                                                      partition=p, headers=headers)
+                return int(md.offset)
+            return lv.bg.run(go())
+
+        claim("f" * 32, sealed=False)
+        time.sleep(1.5)   # several ticks appended past the forged claim
+        assert p in w.owned and w.owned[p].token == mine, "a forged claim fenced the owner"
+        at = claim("e" * 32, sealed=True)
+        wait_until(lambda: p not in w.owned, 5, what="the owner to find the claim in the gaps")
+        time.sleep(1.0)
+        late = [r for r in lv.raw(p) if r.offset > at and r.owner == mine]
+        time.sleep(1.0)
+        assert [r for r in lv.raw(p) if r.offset > at and r.owner == mine] == late, \
+            "the fenced owner kept writing"
+    finally:
+        lv.close()
