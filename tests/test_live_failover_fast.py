@@ -173,3 +173,39 @@ def test_a_claim_nobody_announced_is_found_in_the_gaps_and_a_forged_one_is_not(
             "the fenced owner kept writing"
     finally:
         lv.close()
+
+
+def test_a_beat_fences_only_when_sealed_by_the_group(kafka: str) -> None:
+    # A beat naming a newer claim fences its reader: only the group's workers may write one.
+    from identity.journal_seal import seal
+    from streams.liveness import Beat, encode_beat
+    from streams.worker import BEAT_SEAL_KIND, LIVENESS
+    from tests.kafka import TICK_KEY
+
+    lv = Live(kafka, unique_prefix(), partitions=PARTITIONS).start()
+    try:
+        cluster = "beat-a"
+        w = lv.start_worker((cluster,), tick_interval_s=0.2)
+        p = lv.partition_of(cluster)
+        lv.wait_event(cluster, lambda e: True, what="the first tick")
+
+        def beat(sealed: bool, seq: int) -> None:
+            b = Beat(worker="ghost/1", name="ghost", seq=seq, at=time.time(),
+                     held={p: 10**9}, fast=[])
+            value = encode_beat(b)
+            headers = [seal(TICK_KEY.encode(), 0, BEAT_SEAL_KIND, b.worker, None, value)] \
+                if sealed else None
+
+            async def go() -> None:
+                assert lv._producer is not None
+                await lv._producer.send_and_wait(lv.prefix + LIVENESS, value, partition=0,
+                                                 headers=headers)
+            lv.bg.run(go())
+
+        beat(sealed=False, seq=1)
+        time.sleep(1.5)
+        assert p in w.owned, "an unsealed beat fenced the owner"
+        beat(sealed=True, seq=2)
+        wait_until(lambda: p not in w.owned, 5, what="the sealed beat to fence the owner")
+    finally:
+        lv.close()
