@@ -22,6 +22,13 @@ and the crash-safety argument in full):
    start-up the newest snapshot of every partition is restored while the group
    joins (``snapshots.Prefetcher``); a claim uses its partition's only if it
    reflects offsets below the claim.
+5. **Liveness** (``liveness``, the fast takeover; the rule is ``streams/liveness.py``).
+   Every worker beats on ``allot.liveness``; a partition whose holder is silent for
+   ``liveness_lapse_s`` is claimed by one live worker and consumed outside the
+   group (a standby consumer) until the group assigns it; a worker that finds a
+   newer claim (in a beat, or among the offsets between its own appends) stops
+   writing there; the group's assignee reclaims from such a cover. A partition the
+   group revokes is kept, outside the group, until its next holder claims it.
 
 ``Worker`` holds all of its state (no module globals), so tests and
 ``allot up`` can run several in one process. ``run()`` until ``stop()``.
