@@ -161,3 +161,15 @@ def test_an_observer_that_was_frozen_takes_nothing_until_its_view_is_current() -
     fresh.heard(beat("b/1", 1, {1: 3}), at=10.0)
     assert fresh.decide(60.0, {}, group=set()).take == frozenset()
     assert decide(fresh, 60.0, {}, group=set()).take == {1}
+
+
+def test_the_settings_default_to_a_2_s_lapse_and_refuse_one_shorter_than_two_beats() -> None:
+    from streams import config
+
+    s = config.load(environ={})
+    assert (s.liveness, s.liveness_interval_s, s.liveness_lapse_s) == (True, 0.5, 2.0)
+    assert config.load(environ={"ALLOT_LIVENESS": "false"}).liveness is False
+    with pytest.raises(config.ConfigError, match="liveness_lapse_s"):
+        config.load(environ={}, flags={"liveness_lapse_s": 0.9})
+    with pytest.raises(config.ConfigError, match="liveness_interval_s"):
+        config.load(environ={}, flags={"liveness_interval_s": 0})
