@@ -480,7 +480,9 @@ class Worker:
             return
         tps = [TopicPartition(self.inbox, p) for p in sorted(self._fast) if p in self.owned]
         if not tps:
-            self._standby.unsubscribe()
+            # Pause, never unsubscribe: a consumer without a subscription waits in getmany()
+            # for the next assignment whatever its timeout, and the loop may be calling it.
+            self._standby.pause(*self._standby.assignment())
             return
         self._standby.assign(tps)   # positions are reset: set every one again
         for tp in tps:
