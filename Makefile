@@ -34,7 +34,7 @@ $(BROWSER):
 		|| echo "make: no $(BROWSER) (apt-get install -y chromium); the browser test will be skipped"
 
 test: $(STAMP) $(NATIVE) | $(BROWSER)  ## run the test suite (starts its own Kafka broker where needed)
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --durations=15
 
 demo: $(STAMP) $(NATIVE)  ## play scenarios/demo.toml through Kafka on the embedded stack; audit + replay
 	$(PY) -m allot up --demo

@@ -37,6 +37,7 @@ from archive import layout
 from archive.manifest import ArchiveError, Manifest, origin_digest
 from archive.writer import first_record
 from streams import logs
+from streams.config import kafka_client_options
 from streams.journal import end_offset, reader
 from streams.records import INBOX, JOURNAL, topic
 
@@ -86,7 +87,8 @@ async def restore(bootstrap: str, root: str | Path, prefix: str = "") -> Restore
     consumer = reader(bootstrap, 200, "allot-restore")
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5,
                                 max_batch_size=1024 * 1024, max_request_size=4 * 1024 * 1024,
-                                enable_idempotence=False, client_id="allot-restore")
+                                enable_idempotence=False, client_id="allot-restore",
+                                **kafka_client_options())
     await consumer.start()
     await producer.start()
     try:

@@ -96,20 +96,20 @@ def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     return _table_exists(con, name)
 
 
-def _read_sql(name: str) -> str:
+def read_sql(name: str) -> str:
     return resources.files("audit").joinpath(f"sql/{name}").read_text()
 
 
 def _views_sql() -> tuple[str, str]:
     """views.sql with the policy knobs filled in, split where the derived tables come in."""
-    sql = _read_sql("views.sql").replace("{policy_knobs}", _policy_knobs())
+    sql = read_sql("views.sql").replace("{policy_knobs}", _policy_knobs())
     at = sql.index("\n" + _DERIVED_MARKER + " ")
     return sql[:at], sql[at:]
 
 
 def _derive_statements(con: duckdb.DuckDBPyConnection) -> list[str]:
     """The statements of derive.sql, in order."""
-    return [st.query for st in con.extract_statements(_read_sql("derive.sql"))]
+    return [st.query for st in con.extract_statements(read_sql("derive.sql"))]
 
 
 def _fingerprint(con: duckdb.DuckDBPyConnection) -> str:
@@ -119,7 +119,7 @@ def _fingerprint(con: duckdb.DuckDBPyConnection) -> str:
         "WHERE table_name = 'events' AND table_schema = 'main' "
         "AND table_catalog = current_database() ORDER BY ordinal_position").fetchall()
     h = hashlib.sha256()
-    for part in (_read_sql("derive.sql"), _views_sql()[0], repr(cols)):
+    for part in (read_sql("derive.sql"), _views_sql()[0], repr(cols)):
         h.update(_without_comments(part).encode())
     return h.hexdigest()[:16]
 
@@ -320,7 +320,7 @@ def create_plain_views(con: duckdb.DuckDBPyConnection) -> None:
     For this connection only (TEMP views): every view then computes from the
     events alone, as a check on the derived tables. Slow on large logs.
     """
-    con.execute(_read_sql("plain.sql"))
+    con.execute(read_sql("plain.sql"))
 
 
 def drop_plain_views(con: duckdb.DuckDBPyConnection) -> None:

@@ -73,7 +73,7 @@ def add_philly_sizes(hosts: list[int]) -> None:
             CASES[f"philly-{8 * n}/{policy}"] = ("philly", policy, None, n, 30.0)
 
 
-def _host_counts(text: str) -> list[int]:
+def host_counts(text: str) -> list[int]:
     """``24,32,40`` or ranges ``16-64`` (every host count in it, both ends included), mixed."""
     counts: list[int] = []
     try:
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=3, help="runs per case and form (median)")
     ap.add_argument("--only", default="", help="only the cases whose name contains this")
     ap.add_argument("--skip-pure", action="store_true", help="the compiled core only")
-    ap.add_argument("--philly-hosts", type=_host_counts, default=[],
+    ap.add_argument("--philly-hosts", type=host_counts, default=[],
                     help="also the Philly trace at these host counts (8 GPUs each), "
                          "e.g. 24,32,40,48 or 16-64 (every count from 16 to 64)")
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")

@@ -12,18 +12,24 @@ forward the way the simulator does, under stated assumptions:
   queue as it stands implies);
 - cycles run when something finishes and when a protection ends.
 
-It stops when the workload starts, or at ``horizon_s``. It returns the
+It stops when the workload starts, at ``horizon_s``, or after ``max_cycles``
+simulated cycles when set (status ``unfinished``: it starts no earlier than
+``simulated_until``; a bound on the work, counted in cycles, not wall time, so
+the answer stays a pure function of the state). It returns the
 estimated start, where it would run, and what it waits on: the explanation's
 blocker at ``now`` (``scheduler.explain``) and the running workloads whose
 expected ends free the hosts it starts on. Pure: no I/O, no wall clock.
 
-``forecast_for(engine, workload_id, now)`` is the one call the dashboard and
-``allot queue --forecast`` need.
+``forecast_many(state, workload_ids)`` answers several workloads from one
+forward simulation (continued until the last of them starts): each answer is
+the one ``forecast`` gives for that workload alone. ``allot queue --forecast``
+and the dashboard use it through ``forecast.live``.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
 
 import msgspec
 
@@ -32,6 +38,8 @@ from events.errors import AllotError
 from projections.workloads import PENDING
 from scheduler import Engine
 from scheduler.explain import UnknownWorkload, explain
+from scheduler.snapshot import snapshot_state
+from scheduler.state import State
 
 
 class ForecastError(AllotError, ValueError):
@@ -44,6 +52,7 @@ class Assumptions(msgspec.Struct, frozen=True, kw_only=True):
     assumed_runtime_s: int = 4 * 3600   # run time of work with no expected duration
     overrun_s: int = 600                # work past its expected duration ends this long from now
     horizon_s: int = 14 * 86_400        # look this far ahead at most
+    max_cycles: int = 0                 # simulate at most this many cycles (0: no bound)
     arrivals: bool = False              # new submissions (none: the queue as it stands)
 
 
@@ -52,7 +61,8 @@ class Forecast(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     workload: str
     now: int
-    status: str                      # "pending" | "running" (already started) | "beyond_horizon"
+    # "pending" | "running" (already started) | "beyond_horizon" | "unfinished" (max_cycles)
+    status: str
     start: int | None = None         # estimated start (trusted Unix seconds)
     wait_s: int | None = None        # start - now
     placement: tuple[str, ...] = ()  # hosts it would start on
@@ -61,6 +71,7 @@ class Forecast(msgspec.Struct, kw_only=True, omit_defaults=True):
     ahead: int = 0                   # workloads the forecast starts before it
     cycles: int = 0                  # cycles simulated
     assumptions: Assumptions = Assumptions()
+    simulated_until: int | None = None  # "unfinished": the simulation stopped here, not started
 
 
 def _end_of(w: object, start: int, now: int, a: Assumptions) -> int:
@@ -72,22 +83,59 @@ def _end_of(w: object, start: int, now: int, a: Assumptions) -> int:
 def forecast(engine: Engine, workload: str, now: int | None = None,
              assumptions: Assumptions | None = None) -> Forecast:
     """Simulate forward from ``engine``'s state until ``workload`` starts (see module docstring)."""
+    return forecast_many(engine.state, (workload,), now, assumptions)[workload]
+
+
+def forecast_many(state0: State, workloads: Iterable[str], now: int | None = None,
+                  assumptions: Assumptions | None = None, blocked: bool = True,
+                  copy: bool = True) -> dict[str, Forecast]:
+    """The forecasts of several workloads from one forward simulation of ``state0``.
+
+    The simulation does not depend on which workload is asked about (nothing is
+    steered towards it), so one run, continued until every target has started
+    or the horizon is reached, answers each exactly as ``forecast`` would: its
+    start, the starts ahead of it and the cycles simulated are read off at the
+    moment it starts. ``blocked=False`` leaves out ``blocked_by`` (one traced
+    cycle per workload: ``allot queue`` has its own "waits for"). ``copy=False``:
+    ``state0`` is the caller's own copy and the simulation runs on it (it is
+    consumed; the state API restores a snapshot taken under the worker's lock).
+    Raises ``ForecastError`` for an unknown workload or one that is neither
+    pending nor running.
+    """
     a = assumptions or Assumptions()
-    state0 = engine.state
-    w0 = state0.workloads.all.get(workload)
-    if w0 is None:
-        raise ForecastError(f"no workload {workload!r}")
+    ids = list(dict.fromkeys(workloads))
     now = state0.now if now is None else max(now, state0.now)
-    if w0.status != PENDING:
-        if w0.started_at is not None and w0.status == "running":
-            return Forecast(workload=workload, now=now, status="running", start=w0.started_at,
-                            wait_s=0, placement=tuple(h for h, _ in w0.placement), assumptions=a)
-        raise ForecastError(f"{workload!r} is {w0.status}, not pending")
-    try:
-        blocked = explain(state0, workload).blocked_by
-    except UnknownWorkload:  # pragma: no cover - checked above
-        blocked = None
-    eng = Engine.restore(engine.snapshot())
+    out: dict[str, Forecast] = {}
+    targets: dict[str, str | None] = {}     # pending workload -> its blocker now
+    for wid in ids:
+        w0 = state0.workloads.all.get(wid)
+        if w0 is None:
+            raise ForecastError(f"no workload {wid!r}")
+        if w0.status == PENDING:
+            try:
+                targets[wid] = explain(state0, wid).blocked_by if blocked else None
+            except UnknownWorkload:  # pragma: no cover - checked above
+                targets[wid] = None
+        elif w0.started_at is not None and w0.status == "running":
+            out[wid] = Forecast(workload=wid, now=now, status="running", start=w0.started_at,
+                                wait_s=0, placement=tuple(h for h, _ in w0.placement),
+                                assumptions=a)
+        else:
+            raise ForecastError(f"{wid!r} is {w0.status}, not pending")
+    if targets:
+        out.update(_simulate(state0, copy, targets, now, a))
+    return {wid: out[wid] for wid in ids}
+
+
+def _simulate(state0: State, copy: bool, targets: dict[str, str | None], now: int,
+              a: Assumptions) -> dict[str, Forecast]:
+    """Play the world forward from ``state0`` (a copy of it unless ``copy`` is False) until every
+    target starts, or the horizon."""
+    if copy:
+        eng = Engine.restore(snapshot_state(state0))
+    else:
+        eng = Engine()
+        eng.state = state0
     state = eng.state
     cluster = state.cluster
     heap: list[tuple[int, int, str]] = []   # (time, kind 0 finish / 1 cycle, workload)
@@ -108,6 +156,7 @@ def forecast(engine: Engine, workload: str, now: int | None = None,
         n += 1
         return f"forecast-{n}"
 
+    done: dict[str, Forecast] = {}
     cycles = 0
     ahead = 0
     limit = now + a.horizon_s
@@ -122,24 +171,41 @@ def forecast(engine: Engine, workload: str, now: int | None = None,
                 cycles += cycle
                 for d in derived:
                     if type(d) is WorkloadStarted:
-                        if d.workload == workload:
+                        wid = d.workload
+                        if wid in targets and wid not in done:
                             hosts = tuple(s.host for s in d.placement)
-                            return Forecast(
-                                workload=workload, now=now, status="pending", start=at,
-                                wait_s=at - now, placement=hosts, blocked_by=blocked,
+                            done[wid] = Forecast(
+                                workload=wid, now=now, status="pending", start=at,
+                                wait_s=at - now, placement=hosts, blocked_by=targets[wid],
                                 waits_for=tuple(sorted({holders[h] for h in hosts
                                                         if h in holders})),
                                 ahead=ahead, cycles=cycles, assumptions=a)
+                            if len(done) == len(targets):
+                                return done
+                        # Every start counts as one ahead of the targets still waiting (a
+                        # target that started counts for the others, as it would alone), and
+                        # runs on like any other.
                         ahead += 1
-                        w = state.workloads.all[d.workload]
+                        w = state.workloads.all[wid]
                         heapq.heappush(heap, (_end_of(w, at, at, a), 0, w.id))
                         if d.protected_until is not None and d.protected_until > at:
                             heapq.heappush(heap, (d.protected_until, 1, ""))
                     elif type(d) is WorkloadPreempted and d.requeued:
                         heapq.heappush(heap, (at + 1, 1, ""))
+        if a.max_cycles and cycles >= a.max_cycles and heap and heap[0][0] <= limit:
+            for wid, why in targets.items():
+                if wid not in done:
+                    done[wid] = Forecast(workload=wid, now=now, status="unfinished",
+                                         blocked_by=why, ahead=ahead, cycles=cycles,
+                                         assumptions=a, simulated_until=state.now)
+            return done
         if not heap or heap[0][0] > limit:
-            return Forecast(workload=workload, now=now, status="beyond_horizon",
-                            blocked_by=blocked, ahead=ahead, cycles=cycles, assumptions=a)
+            for wid, why in targets.items():
+                if wid not in done:
+                    done[wid] = Forecast(workload=wid, now=now, status="beyond_horizon",
+                                         blocked_by=why, ahead=ahead, cycles=cycles,
+                                         assumptions=a)
+            return done
         t = heap[0][0]
         due = []
         while heap and heap[0][0] == t:
@@ -149,10 +215,10 @@ def forecast(engine: Engine, workload: str, now: int | None = None,
                              source="forecast", cycle=False))
         for _, kind, wid in due:
             if kind == 0:
-                w = state.workloads.running.get(wid)
-                if w is None:
+                leaving = state.workloads.running.get(wid)
+                if leaving is None:
                     continue
-                for h, _ in w.placement:
+                for h, _ in leaving.placement:
                     holders[h] = wid
                 feed(WorkloadFinished(id=ident(), at=t, cluster=cluster, actor="executor",
                                       source="forecast", workload=wid))
@@ -164,4 +230,4 @@ def forecast_for(engine: Engine, workload_id: str, now: int | None = None) -> Fo
     return forecast(engine, workload_id, now)
 
 
-__all__ = ["Assumptions", "Forecast", "ForecastError", "forecast", "forecast_for"]
+__all__ = ["Assumptions", "Forecast", "ForecastError", "forecast", "forecast_for", "forecast_many"]

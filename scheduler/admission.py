@@ -101,7 +101,7 @@ def refusal(cluster: str, e: Event) -> tuple[str, str] | None:
     if e.cluster != cluster:
         return (Refusal.WRONG_CLUSTER,
                 f"event for cluster {_show(e.cluster)} sent to {cluster!r}")
-    problem = _value_problem(e)
+    problem = value_problem(e)
     if problem is not None:
         return (Refusal.BAD_VALUE, problem)
     return None
@@ -113,7 +113,7 @@ def _show(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _value_problem(e: Event) -> str | None:
+def value_problem(e: Event) -> str | None:
     """What a valid record could not hold in ``e`` (see events.values), or None.
 
     Most inputs pass ``_holds``, a field-by-field test that proves ``problem``

@@ -39,6 +39,7 @@ from aiokafka.partitioner import murmur2
 
 from events import DECISION_TYPES, ClockTicked, Event, encode, tag_of
 from events.limits import INPUT_ID_PATTERN
+from streams.config import kafka_client_options
 from streams.errors import ClientError, NotJournaled
 from streams.journal_tail import TAIL_WAIT_MS, JournalTail
 from streams.records import (
@@ -156,7 +157,7 @@ class Client:
     async def start(self) -> None:
         p = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all", linger_ms=1,
                              request_timeout_ms=self.request_timeout_ms,
-                             client_id=self.client_id)
+                             client_id=self.client_id, **kafka_client_options())
         try:
             await p.start()
         except KafkaError as exc:
@@ -373,7 +374,7 @@ class _DeadLetterWatch:
     async def start(self) -> None:
         c = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
                              enable_auto_commit=False, fetch_max_wait_ms=50,
-                             client_id=self.client_id)
+                             client_id=self.client_id, **kafka_client_options())
         await c.start()
         self._c = c
         parts = c.partitions_for_topic(self.name) or set()

@@ -424,7 +424,7 @@ def _submit(args: Any) -> int:
                               gpus_per_host=args.gpus_per_host, min_runtime_s=args.min_runtime,
                               resumable=args.resumable, priority=args.priority, kind=args.kind,
                               expected_duration_s=args.expected_duration,
-                              **_run_spec(args))
+                              **run_spec(args))
     except (TypeError, msgspec.ValidationError) as exc:
         raise ClientError(str(exc)) from None
     from streams.state_cli import workload_status
@@ -438,7 +438,7 @@ def _submit(args: Any) -> int:
     return _send(ctx, e, follow, existing)
 
 
-def _run_spec(args: Any) -> dict[str, Any]:
+def run_spec(args: Any) -> dict[str, Any]:
     """The run-spec fields of ``allot submit`` (none when no command and no option names one)."""
     import os
 

@@ -154,6 +154,22 @@ class WorkerSettings:
     log_format: str = _doc(
         "`json` (production), `console` (readable) or `auto` (console on a terminal).", "auto")
     log_level: str = _doc("`debug`, `info`, `warning` or `error`.", "info")
+    security_protocol: str = _doc(
+        "How every allot Kafka client connects: `PLAINTEXT` (the embedded broker), "
+        "`SASL_PLAINTEXT` (SASL without TLS: a private network only) or `SASL_SSL` "
+        "(production). Read by the worker and, from the environment, by every other client "
+        "(the command line, executor, monitor, projections, archiver).", "PLAINTEXT")
+    sasl_mechanism: str = _doc(
+        "The SASL mechanism with a `SASL_*` protocol: `SCRAM-SHA-512` (docker-compose.yml), "
+        "`SCRAM-SHA-256` or `PLAIN`.", "SCRAM-SHA-512")
+    sasl_username: str = _doc(
+        "The SASL user (the Kafka principal `User:<name>` the broker's ACLs name).", "")
+    sasl_password: str = _doc(
+        "The SASL password. Prefer `sasl_password_file` (a Docker secret) to the environment.", "")
+    sasl_password_file: str = _doc("A file holding `sasl_password` (its first line).", "")
+    ssl_cafile: str = _doc(
+        "With `SASL_SSL`: the CA bundle that signs the broker's certificate (empty: the "
+        "system's trust store).", "")
     fault_kill_after_sends: int = _doc(
         "Test hook: once at least this many journal records were handed to the producer and "
         "the next one continues the same group (a decision), flush what was handed over and "
@@ -183,6 +199,18 @@ class WorkerSettings:
                 raise ConfigError(f"tick_key_file: {self.tick_key_file} is empty")
             return text[0].strip().encode()
         return self.tick_key.encode()
+
+    def sasl_secret(self) -> str:
+        """The SASL password (from the file when one is named)."""
+        if self.sasl_password_file:
+            try:
+                text = Path(self.sasl_password_file).read_text().splitlines()
+            except OSError as exc:
+                raise ConfigError(f"sasl_password_file: {exc}") from exc
+            if not text or not text[0].strip():
+                raise ConfigError(f"sasl_password_file: {self.sasl_password_file} is empty")
+            return text[0].strip()
+        return self.sasl_password
 
     def replace(self, **changes: Any) -> WorkerSettings:
         """A copy with some settings changed (validated like any other source)."""
@@ -271,6 +299,9 @@ def _check(s: WorkerSettings) -> WorkerSettings:
         raise bad("metrics_host", problem + ("" if s.metrics_non_loopback else
                                              "; set metrics_non_loopback to serve another "
                                              "address"))
+    problem = security_problem(s)
+    if problem is not None:
+        raise ConfigError(problem)
     if not s.ticker_principal:
         raise bad("ticker_principal", "must not be empty")
     if s.admin_public_key:
@@ -281,6 +312,83 @@ def _check(s: WorkerSettings) -> WorkerSettings:
         except KeyError_ as exc:
             raise bad("admin_public_key", str(exc)) from None
     return s
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
+# The settings every Kafka client reads (also outside the worker, from the environment).
+SECURITY_SETTINGS = ("security_protocol", "sasl_mechanism", "sasl_username", "sasl_password",
+                     "sasl_password_file", "ssl_cafile")
+
+
+def security_problem(s: WorkerSettings) -> str | None:
+    """Why the Kafka security settings cannot work together, or None."""
+    if s.security_protocol not in SECURITY_PROTOCOLS:
+        return (f"security_protocol: must be one of {', '.join(SECURITY_PROTOCOLS)} "
+                f"(got {s.security_protocol!r})")
+    if not s.security_protocol.startswith("SASL_"):
+        return None
+    if s.sasl_mechanism not in SASL_MECHANISMS:
+        return (f"sasl_mechanism: must be one of {', '.join(SASL_MECHANISMS)} "
+                f"(got {s.sasl_mechanism!r})")
+    if not s.sasl_username:
+        return f"sasl_username: {s.security_protocol} needs a user"
+    if not (s.sasl_password or s.sasl_password_file):
+        return f"sasl_password: {s.security_protocol} needs sasl_password or sasl_password_file"
+    return None
+
+
+def security_settings(environ: Mapping[str, str] | None = None) -> WorkerSettings:
+    """Settings holding only the Kafka security ones, from the environment (``ALLOT_SASL_*``...).
+
+    For the clients that are not the worker (the command line, executor, monitor,
+    projections, archiver): they take a bootstrap address, not a settings file,
+    so their security comes from the same ``ALLOT_<NAME>`` variables.
+    """
+    env = read_env(os.environ if environ is None else environ)
+    s = WorkerSettings(**{k: v for k, v in env.items() if k in SECURITY_SETTINGS})
+    problem = security_problem(s)
+    if problem is not None:
+        raise ConfigError(problem)
+    return s
+
+
+def kafka_client_options(settings: WorkerSettings | None = None,
+                         environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The keyword arguments every aiokafka client allot creates gets, for its security.
+
+    Empty with ``PLAINTEXT`` (the default, and the embedded Tansu broker, which has
+    no SASL), so nothing changes there. ``settings`` is the worker's; without it the
+    security settings are read from ``environ`` (default ``os.environ``).
+    """
+    s = settings if settings is not None else security_settings(environ)
+    if s.security_protocol == "PLAINTEXT":
+        return {}
+    out: dict[str, Any] = {
+        "security_protocol": s.security_protocol,
+        "sasl_mechanism": s.sasl_mechanism,
+        "sasl_plain_username": s.sasl_username,
+        "sasl_plain_password": s.sasl_secret(),
+    }
+    if s.security_protocol == "SASL_SSL":
+        from aiokafka.helpers import create_ssl_context
+
+        out["ssl_context"] = create_ssl_context(cafile=s.ssl_cafile or None)
+    return out
+
+
+def faust_credentials(settings: WorkerSettings | None = None,
+                      environ: Mapping[str, str] | None = None) -> Any:
+    """The same security as ``faust.SASLCredentials`` for the Faust projections (None: plaintext)."""
+    options = kafka_client_options(settings, environ)
+    if not options:
+        return None
+    import faust
+
+    return faust.SASLCredentials(username=options["sasl_plain_username"],
+                                 password=options["sasl_plain_password"],
+                                 mechanism=options["sasl_mechanism"],
+                                 ssl_context=options.get("ssl_context"))
 
 
 def _resolved(host: str) -> list[Any] | str:

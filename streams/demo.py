@@ -126,7 +126,7 @@ def play(stack: Any, scenario: Scenario, scenario_path: str, out: Path, con: Any
     _audit(stack, scenario, Path(scenario_path).parent, out, report, con, projections_port,
            auditor)
     report.wall_s = time.monotonic() - t0
-    _verdict(report)
+    verdict(report)
     (out / "report.json").write_bytes(msgspec.json.format(msgspec.json.encode(report)))
     con.print(legend(report))
     if report.passed:
@@ -162,7 +162,7 @@ def legend(r: DemoReport) -> str:
         "  PASS     checks that " + "; ".join(checks) + ". It does not grade the figures.")
 
 
-def _verdict(r: DemoReport) -> None:
+def verdict(r: DemoReport) -> None:
     if not r.replay_ok:
         r.reasons.append(f"replay: {r.replay_detail}")
     if not r.audit_ok:

@@ -12,12 +12,14 @@ last batch's first record: the fetch that returns it returns the whole batch).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from events.errors import AllotError
+from streams.config import kafka_client_options
 from streams.records import JournalRecord, parse_journal
 
 
@@ -25,9 +27,15 @@ class ReadTimeout(AllotError):
     """A bulk read did not reach the offset it waited for in time."""
 
 
-def reader(bootstrap: str, fetch_wait_ms: int = 200, client_id: str = "allot-reader") -> AIOKafkaConsumer:
-    """A consumer outside any group, for assign/seek reads of whole partitions."""
+def reader(bootstrap: str, fetch_wait_ms: int = 200, client_id: str = "allot-reader",
+           security: Mapping[str, Any] | None = None) -> AIOKafkaConsumer:
+    """A consumer outside any group, for assign/seek reads of whole partitions.
+
+    ``security``: the client's SASL options (``config.kafka_client_options``); by
+    default read from the environment.
+    """
     return AIOKafkaConsumer(
+        **(kafka_client_options() if security is None else security),
         bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
         auto_offset_reset="earliest", fetch_max_wait_ms=fetch_wait_ms,
         max_partition_fetch_bytes=16 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024,

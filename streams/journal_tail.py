@@ -27,6 +27,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from events import MalformedEvent, decode
+from streams.config import kafka_client_options
 from streams.errors import ClientError
 from streams.records import KIND_CLAIM, BadJournalRecord, Fence, JournalRecord, parse_journal
 
@@ -83,7 +84,7 @@ class JournalTail:
                              enable_auto_commit=False, auto_offset_reset="earliest",
                              fetch_max_wait_ms=self.bulk_wait_ms,
                              max_partition_fetch_bytes=16 * 1024 * 1024,
-                             client_id=self.client_id)
+                             client_id=self.client_id, **kafka_client_options())
         try:
             await c.start()
         except KafkaError as exc:

@@ -53,6 +53,7 @@ import msgspec
 
 from events import MalformedEvent, decode
 from events.errors import AllotError
+from streams.config import faust_credentials, kafka_client_options
 from streams.journal import read_until, reader
 from streams.logs import logger
 from streams.records import JOURNAL, BadJournalRecord, parse_journal, topic
@@ -119,6 +120,8 @@ def build_app(bootstrap: str, prefix: str = "", *, partitions: int, port: int,
     app = faust.App(
         app_id(prefix),
         broker=f"kafka://{bootstrap.split(',')[0]}",
+        # SASL from the environment, like every allot client (None: plaintext).
+        broker_credentials=faust_credentials(),
         store="memory://",
         topic_partitions=partitions,
         topic_replication_factor=1,
@@ -415,7 +418,7 @@ async def _journal_partitions(bootstrap: str, prefix: str, timeout: float = 60.0
 
     name = topic(JOURNAL, prefix)
     deadline = time.monotonic() + timeout
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, **kafka_client_options())
     try:
         await c.start()
     except KafkaError as exc:

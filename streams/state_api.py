@@ -201,10 +201,31 @@ class StateApi:
                     })
                     if len(rows) >= limit:
                         break
+        del rows[limit:]  # the break above leaves one allocation's queue, not the others'
         return {"cluster": c, "now": st.now, "pending": wl.pending_count(), "rows": rows,
                 "legend": "sort_metric: per level, the allocation's usage fraction over its share "
                           "fraction of the parent; a ratio below 1 is under-served and is served "
                           "first (lower is better)"}
+
+    def queue_forecast_input(self, cluster: str | None = None, user: str | None = None,
+                             budget: str | None = None, limit: int = 2_000,
+                             rows: int = 20) -> tuple[dict[str, Any], bytes | None, list[str]]:
+        """The queue, plus what forecasting its first ``rows`` rows needs: a snapshot of the
+        state (taken here, on the worker's loop) and their ids. The simulation runs elsewhere
+        (``attach_forecasts``), so a forecast never holds the worker between two batches."""
+        from scheduler.snapshot import snapshot_state
+
+        body = self.queue(cluster, user, budget, limit)
+        ids = [r["workload"] for r in body["rows"][:max(0, rows)]]
+        _, e = self._engine(body["cluster"])
+        return body, (snapshot_state(e.state) if ids else None), ids
+
+    def queue_with_forecasts(self, cluster: str | None = None, user: str | None = None,
+                             budget: str | None = None, limit: int = 2_000,
+                             rows: int = 20) -> dict[str, Any]:
+        """``queue`` with the forecast start of its first ``rows`` rows (in-process callers)."""
+        body, snap, ids = self.queue_forecast_input(cluster, user, budget, limit, rows)
+        return attach_forecasts(body, snap, ids)
 
     # -- active workloads (what ``allot cancel --user/--budget`` cancels) ---------------------
 
@@ -282,9 +303,19 @@ class StateApi:
     # -- explain ------------------------------------------------------------------------------
 
     def explain(self, workload: str, cluster: str | None = None) -> dict[str, Any]:
+        out, engine = self.explain_forecast_input(workload, cluster, snapshot=False)
+        out["forecast"] = forecast_hook(engine, workload)
+        return out
+
+    def explain_forecast_input(self, workload: str, cluster: str | None = None,
+                               snapshot: bool = True) -> tuple[dict[str, Any], Any]:
+        """The explanation without its forecast, and a snapshot of the engine's state to
+        forecast from (or the engine itself, ``snapshot=False``): the HTTP route takes both on
+        the worker's loop and simulates outside it (``forecast_hook_from``)."""
         import msgspec
 
         from scheduler.explain import UnknownWorkload, explain
+        from scheduler.snapshot import snapshot_state
 
         engines = self.source.engines()
         names = [cluster] if cluster else sorted(engines)
@@ -298,8 +329,7 @@ class StateApi:
                 continue
             out: dict[str, Any] = msgspec.to_builtins(exp)
             out["cluster"] = name
-            out["forecast"] = forecast_hook(e, workload)
-            return out
+            return out, (snapshot_state(e.state) if snapshot else e)
         raise StateError(404, f"no workload {workload!r} on "
                               f"{', '.join(names) if names else 'this worker'}")
 
@@ -396,9 +426,48 @@ def forecast_hook(engine: Engine, workload: str) -> dict[str, Any] | None:
         return None
 
 
+def attach_forecasts(body: dict[str, Any], snapshot: bytes | None,
+                     ids: list[str]) -> dict[str, Any]:
+    """Add each forecast row's ``forecast`` (and a ``forecast`` summary) to a queue answer.
+
+    One forward simulation answers all of ``ids`` (``forecast.live.queue_forecasts``);
+    rows past them carry none, and the summary says how many rows were forecast.
+    Without the ``forecast`` package, or when it fails, the summary says so in words.
+    """
+    summary: dict[str, Any] = {"rows": len(ids), "made_at": body.get("now")}
+    found: dict[str, Any] = {}
+    if snapshot is not None and ids:
+        try:
+            from forecast.live import queue_forecasts
+
+            doc = queue_forecasts(snapshot, ids)
+            found = doc.pop("forecasts")
+            summary.update(doc)
+        except Exception as exc:  # the explanation's rule: a forecast never breaks the answer
+            summary["error"] = f"no forecast: {type(exc).__name__}: {exc}"
+    for r in body["rows"]:
+        if r["workload"] in found:
+            r["forecast"] = found[r["workload"]]
+    body["forecast"] = summary
+    return body
+
+
+def forecast_hook_from(snapshot: bytes, workload: str) -> dict[str, Any] | None:
+    """``forecast_hook`` from a snapshot of the state (simulated off the worker's loop)."""
+    try:
+        from forecast.live import forecast_json
+    except Exception:
+        return None
+    try:
+        return forecast_json(snapshot, workload)
+    except Exception:
+        return None
+
+
 _ = (PENDING, RUNNING)
 
-__all__ = ["RunLog", "StateApi", "StateError", "forecast_hook", "usage_sample"]
+__all__ = ["RunLog", "StateApi", "StateError", "attach_forecasts", "forecast_hook",
+           "forecast_hook_from", "usage_sample"]
 
 
 def http_routes(api: StateApi, on_loop: Any) -> Any:
@@ -437,9 +506,35 @@ def http_routes(api: StateApi, on_loop: Any) -> Any:
 
             return dashboard_route(path)
         fn = calls.get(path)
+        if path == "/api/queue" and q.get("forecast") not in (None, "", "0", "false", "no"):
+            # ?forecast=1[&forecast_rows=N]: the first N rows (default 20, at most 200) get
+            # their forecast start. The state is copied on the loop; the simulation runs
+            # here, in the HTTP thread, so the worker keeps folding meanwhile.
+            from forecast.live import DEFAULT_ROWS, MAX_ROWS
+
+            try:
+                raw = q.get("forecast_rows") or ""
+                if raw and not raw.isdigit():
+                    raise StateError(400, f"forecast_rows must be a row count, got {raw!r}")
+                n = min(int(raw), MAX_ROWS) if raw else DEFAULT_ROWS
+                body, snap, ids = on_loop(lambda: api.queue_forecast_input(
+                    cl, q.get("user") or None, q.get("budget") or None,
+                    limit=num(q, "limit") or 2_000, rows=n))
+            except StateError as exc:
+                return exc.status, "application/json", json.dumps({"error": str(exc)}).encode()
+            body = attach_forecasts(body, snap, ids)
+            body["forecast"]["limit"] = n
+            return 200, "application/json", json.dumps(body).encode()
         if fn is None and path.startswith("/api/explain/"):
             wid = path[len("/api/explain/"):]
-            fn = lambda: api.explain(wid, cl)  # noqa: E731
+            # The explanation on the loop; its forecast (a forward simulation) here, in the
+            # HTTP thread, from a snapshot taken with it, so the worker keeps folding.
+            try:
+                body, snap = on_loop(lambda: api.explain_forecast_input(wid, cl))
+            except StateError as exc:
+                return exc.status, "application/json", json.dumps({"error": str(exc)}).encode()
+            body["forecast"] = forecast_hook_from(snap, wid)
+            return 200, "application/json", json.dumps(body).encode()
         if fn is None:
             return None
         try:

@@ -200,6 +200,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--user", default=None, help="only this user's work")
     p.add_argument("--budget", default=None, help="only this budget node and its subtree")
     p.add_argument("--limit", type=int, default=200, help="rows at most (default 200)")
+    p.add_argument("--forecast", nargs="?", type=_forecast_rows, const=20, default=None,
+                   metavar="N", help="add a column 'starts (est.)': the forecast start of the "
+                   "first N listed rows (default 20, at most 200; later rows show '-'), from "
+                   "one forward simulation with the same core (assumes running work ends at "
+                   "its expected duration and nothing new arrives; see `allot forecast`)")
     common(p)
     p.set_defaults(func=_guard(_queue))
 
@@ -288,19 +293,61 @@ def metric_text(levels: list[dict[str, Any]]) -> str:
                      + ("-" if lv["ratio"] is None else f"{lv['ratio']:.2f}") for lv in levels)
 
 
+def _forecast_rows(text: str) -> int:
+    """``--forecast N``: a row count (argparse turns the error into one usage line)."""
+    import argparse
+
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected a number of rows such as 20, got {text!r}")
+    return int(text)
+
+
+def starts_text(f: dict[str, Any] | None) -> str:
+    """A forecast (``/api/queue?forecast=1`` row) as a date and a wait, or why there is none."""
+    if f is None:
+        return "-"
+    if f.get("status") == "running":
+        return "running"
+    if f.get("status") == "unfinished":
+        return f"after {when(f.get('simulated_until'))}"
+    if f.get("status") == "beyond_horizon" or f.get("start") is None:
+        horizon = (f.get("assumptions") or {}).get("horizon_s")
+        return f"not within {span(horizon)}" if horizon else "beyond the horizon"
+    wait = int(f.get("wait_s") or 0)
+    return f"{when(f['start'])} ({'now' if wait <= 0 else 'in ' + span(wait)})"
+
+
 def _queue(args: Any) -> int:
+    extra = {} if args.forecast is None else {"forecast": 1, "forecast_rows": args.forecast}
     data = get(state_url(args.url), "/api/queue", cluster=args.cluster, user=args.user,
-               budget=args.budget, limit=args.limit)
+               budget=args.budget, limit=args.limit, **extra)
     if args.json:
         _out(data)
         return 0
+    asked = args.forecast is not None
+    fc: dict[str, Any] = data.get("forecast") or {}
+    horizon = (fc.get("assumptions") or {}).get("horizon_s")
     rows = [[str(r["rank"]), r["workload"], r["user"], r["budget"], str(r["gpus"]),
              span(r["waited_s"]), metric_text(r["sort_metric"]) if r["allocated"] else "unallocated",
              r["waits_for"] + (f" until {when(r['until'])}" if r.get("until") else "")]
+            + ([] if not asked else [starts_text(
+                None if r.get("forecast") is None else
+                {"assumptions": {"horizon_s": horizon}, **r["forecast"]})])
             for r in data["rows"]]
     _table(f"{data['cluster']} at {when(data['now'])}: {data['pending']} pending "
            f"(sort metric: used/entitled share of the parent per level, lower goes first)",
-           ["#", "workload", "user", "budget", "GPUs", "waited", "sort metric", "waits for"], rows)
+           ["#", "workload", "user", "budget", "GPUs", "waited", "sort metric", "waits for"]
+           + ([] if not asked else ["starts (est.)"]), rows)
+    if asked:
+        if fc.get("error"):
+            print(f"starts (est.): {fc['error']}")
+        elif "forecast" not in data:
+            print("starts (est.): this worker gives no forecasts (an older allot)")
+        else:
+            print(f"starts (est.): forecast for the first {fc['rows']} row(s) in "
+                  f"{float(fc.get('seconds') or 0):.2f} s, assuming running work ends at its "
+                  f"expected duration and nothing new arrives, cancels or fails "
+                  f"(`allot forecast` for one workload)")
     return 0
 
 
@@ -512,8 +559,36 @@ def live_explain(args: Any) -> int:
     for line in data.get("summary", []):
         con.print(f"- {escape(line)}")
     if data.get("forecast"):
-        con.print(f"forecast: {escape(json.dumps(data['forecast']))}")
+        con.print(f"forecast: {escape(forecast_words(data['forecast']))}")
     return 0
+
+
+def forecast_words(f: dict[str, Any]) -> str:
+    """An ``/api/explain`` forecast in words with dates (never Unix seconds)."""
+    a = f.get("assumptions") or {}
+    if f.get("status") == "running":
+        return f"running since {when(f.get('start'))} UTC"
+    assumes = (f"assumes running work ends at its expected duration (else after "
+               f"{span(a.get('assumed_runtime_s', 4 * 3600))}) and nothing new arrives, "
+               f"cancels or fails")
+    if f.get("status") == "unfinished":
+        return (f"starts after {when(f.get('simulated_until'))} UTC at the earliest (the live "
+                f"forecast stops after {f.get('cycles')} simulated cycles; "
+                f"{int(f.get('ahead') or 0)} workload(s) start before then); " + assumes)
+    if f.get("status") == "beyond_horizon" or f.get("start") is None:
+        return (f"does not start within {span(a.get('horizon_s'))}; " + assumes)
+    wait = int(f.get("wait_s") or 0)
+    parts = [f"estimated start {when(f['start'])} UTC "
+             f"({'now' if wait <= 0 else 'in ' + span(wait)})"]
+    if f.get("placement"):
+        parts.append("on " + ", ".join(f["placement"]))
+    if f.get("waits_for"):
+        held = f["waits_for"]
+        parts.append(f"when {', '.join(held)} end{'s' if len(held) == 1 else ''}")
+    text = " ".join(parts)
+    ahead = int(f.get("ahead") or 0)
+    text += f"; {ahead} workload(s) start before it" if ahead else "; nothing starts before it"
+    return text + "; " + assumes
 
 
 __all__ = [

@@ -11,11 +11,15 @@ a topic setting gets the topic without it, and the report says so.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import msgspec
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
 from events.errors import AllotError
+from streams.config import kafka_client_options
 from streams.records import DEADLETTER, INBOX, JOURNAL, SNAPSHOTS, topic
 
 WEEK_MS = 7 * 24 * 3600 * 1000
@@ -61,10 +65,16 @@ async def partition_counts(admin: AIOKafkaAdminClient, topics: list[str]) -> dic
 
 
 async def ensure_topics(bootstrap: str, prefix: str = "", partitions: int = 8,
-                        replication_factor: int = 1, timeout_ms: int = 15000) -> TopicReport:
-    """Create allot's missing topics; TopicError if inbox, journal and snapshots disagree."""
+                        replication_factor: int = 1, timeout_ms: int = 15000,
+                        security: Mapping[str, Any] | None = None) -> TopicReport:
+    """Create allot's missing topics; TopicError if inbox, journal and snapshots disagree.
+
+    ``security``: the client's SASL options (``config.kafka_client_options``); by
+    default read from the environment.
+    """
     full = names(prefix)
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=timeout_ms)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=timeout_ms,
+                                **(kafka_client_options() if security is None else security))
     try:
         await admin.start()
     except KafkaError as exc:

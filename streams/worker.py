@@ -60,7 +60,7 @@ from identity.journal_seal import HEADER_SEAL, SealCheck, seal
 from identity.keys import public_from_hex, public_of
 from scheduler import Engine
 from streams import logs, processor, snapshots, topics
-from streams.config import WorkerSettings
+from streams.config import WorkerSettings, kafka_client_options
 from streams.journal import begin_offset, journal_record, read_until, reader
 from streams.liveness import Beat, Liveness, decode_beat, encode_beat, heard_at
 from streams.metrics import MetricsServer, WorkerMetrics
@@ -177,6 +177,8 @@ class Worker:
         self._beats_sent = 0
         self._standby: AIOKafkaConsumer | None = None
         self._beat_reader: AIOKafkaConsumer | None = None
+        # SASL options of every Kafka client this worker opens (empty: plaintext).
+        self._security = kafka_client_options(settings)
         key = settings.signing_key()
         if not key:
             key = secrets.token_hex(32).encode()
@@ -244,7 +246,7 @@ class Worker:
     async def start(self) -> None:
         s = self.settings
         report = await topics.ensure_topics(s.bootstrap, s.topic_prefix, s.partitions,
-                                            s.replication_factor)
+                                            s.replication_factor, security=self._security)
         self.partitions = report.partitions[self.inbox]
         if report.created:
             self.log.info("topics.created", topics=report.created)
@@ -255,8 +257,9 @@ class Worker:
             bootstrap_servers=s.bootstrap, acks="all", linger_ms=s.linger_ms,
             max_batch_size=1024 * 1024, max_request_size=4 * 1024 * 1024,
             enable_idempotence=False, request_timeout_ms=30000,
-            client_id=f"allot-worker-{self.name}")
-        self._reader = reader(s.bootstrap, s.fold_fetch_wait_ms, f"allot-fold-{self.name}")
+            client_id=f"allot-worker-{self.name}", **self._security)
+        self._reader = reader(s.bootstrap, s.fold_fetch_wait_ms, f"allot-fold-{self.name}",
+                              security=self._security)
         self._processor = Processor(
             clusters=s.clusters, partition_of=self.partition_of, keyring=self.keyring,
             ticker_principal=s.ticker_principal, require_signatures=not s.insecure,
@@ -271,7 +274,8 @@ class Worker:
             auto_offset_reset="earliest", fetch_max_wait_ms=s.fetch_wait_ms,
             max_poll_records=s.max_batch, session_timeout_ms=s.session_timeout_ms,
             heartbeat_interval_ms=s.heartbeat_interval_ms,
-            max_partition_fetch_bytes=4 * 1024 * 1024, client_id=f"allot-worker-{self.name}")
+            max_partition_fetch_bytes=4 * 1024 * 1024, client_id=f"allot-worker-{self.name}",
+            **self._security)
         self._consumer.subscribe([self.inbox], listener=_Listener(self))
         # The group join waits on the broker for seconds: connect the producer and the reader
         # meanwhile (the prefetch is restoring snapshots already).
@@ -314,22 +318,32 @@ class Worker:
         s = self.settings
         if not s.liveness:
             return
-        await ensure_liveness_topic(s.bootstrap, self.liveness_topic, s.replication_factor)
-        self._standby = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap, group_id=None, enable_auto_commit=False,
-            auto_offset_reset="earliest", fetch_max_wait_ms=s.fetch_wait_ms,
-            max_partition_fetch_bytes=4 * 1024 * 1024, client_id=f"allot-standby-{self.name}")
-        self._beat_reader = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap, group_id=None, enable_auto_commit=False,
-            auto_offset_reset="earliest", fetch_max_wait_ms=50,
-            client_id=f"allot-liveness-{self.name}")
-        await asyncio.gather(self._standby.start(), self._beat_reader.start())
-        tp = TopicPartition(self.liveness_topic, 0)
-        self._beat_reader.assign([tp])
-        # Only the recent past matters: the last beats of every worker. (Tansu's end offset
-        # may be short of the true end by a batch: a few beats read twice, harmless.)
-        end = (await self._beat_reader.end_offsets([tp])).get(tp, 0)
-        self._beat_reader.seek(tp, max(0, end - LIVENESS_TAIL))
+        try:
+            await ensure_liveness_topic(s.bootstrap, self.liveness_topic, s.replication_factor,
+                                        security=self._security)
+            standby = AIOKafkaConsumer(
+                bootstrap_servers=s.bootstrap, group_id=None, enable_auto_commit=False,
+                auto_offset_reset="earliest", fetch_max_wait_ms=s.fetch_wait_ms,
+                max_partition_fetch_bytes=4 * 1024 * 1024,
+                client_id=f"allot-standby-{self.name}", **self._security)
+            beats = AIOKafkaConsumer(
+                bootstrap_servers=s.bootstrap, group_id=None, enable_auto_commit=False,
+                auto_offset_reset="earliest", fetch_max_wait_ms=50,
+                client_id=f"allot-liveness-{self.name}", **self._security)
+            await asyncio.gather(standby.start(), beats.start())
+            tp = TopicPartition(self.liveness_topic, 0)
+            beats.assign([tp])
+            # Only the recent past matters: the last beats of every worker. (Tansu's end
+            # offset may be short of the true end by a batch: a few beats read twice.)
+            end = (await beats.end_offsets([tp])).get(tp, 0)
+            beats.seek(tp, max(0, end - LIVENESS_TAIL))
+        except (KafkaError, AllotError) as exc:
+            # No fast takeover (the topic cannot be created or read: ACLs, an old broker);
+            # the group still moves partitions. Loud, not fatal.
+            self.log.error("liveness.unavailable", topic=self.liveness_topic, detail=str(exc))
+            self.settings = s.replace(liveness=False)
+            return
+        self._standby, self._beat_reader = standby, beats
 
     async def _beat_loop(self) -> None:
         """Write this worker's heartbeat every ``liveness_interval_s``: what it holds, by claim."""
@@ -490,7 +504,8 @@ class Worker:
 
     async def _start_prefetch(self) -> None:
         s = self.settings
-        consumer = reader(s.bootstrap, s.fold_fetch_wait_ms, f"allot-prefetch-{self.name}")
+        consumer = reader(s.bootstrap, s.fold_fetch_wait_ms, f"allot-prefetch-{self.name}",
+                          security=self._security)
         await consumer.start()
         mine = {partition_for(c, self.partitions) for c in s.clusters}
         # Partitions of the configured clusters first: the others hold no engine unless a
@@ -1133,13 +1148,15 @@ class Worker:
                         self.metrics.inbox_lag.labels(str(p)).set(max(0, hw - st.next_offset))
 
 
-async def ensure_liveness_topic(bootstrap: str, name: str, replication_factor: int = 1) -> None:
+async def ensure_liveness_topic(bootstrap: str, name: str, replication_factor: int = 1,
+                                security: dict[str, Any] | None = None) -> None:
     """Create the liveness topic (one partition, short retention) if it is missing."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
-    await admin.start()
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000,
+                                **(kafka_client_options() if security is None else security))
     try:
+        await admin.start()
         if name in set(await admin.list_topics()):
             return
         configs = {"retention.ms": str(LIVENESS_RETENTION_MS), "cleanup.policy": "delete"}

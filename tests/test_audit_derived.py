@@ -356,9 +356,9 @@ def test_summary_on_a_read_only_database_with_stale_or_no_derived_rows(tmp_path:
     for view in DERIVED:
         con.execute(f"DROP TABLE derived_{view}")
     con.execute("DROP TABLE derived_status")
-    from audit.views import _read_sql
+    from audit.views import read_sql
 
-    con.execute(_read_sql("plain.sql").replace("CREATE OR REPLACE TEMP VIEW", "CREATE OR REPLACE VIEW"))
+    con.execute(read_sql("plain.sql").replace("CREATE OR REPLACE TEMP VIEW", "CREATE OR REPLACE VIEW"))
     con.close()
     ro = duckdb.connect(str(db), read_only=True)
     assert same(summary(ro, "r"), got)

@@ -8,26 +8,26 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_native import _host_counts, main
+from benchmarks.bench_native import host_counts, main
 
 
 def test_a_list_of_host_counts_is_read_in_order() -> None:
-    assert _host_counts("24,32, 40,48") == [24, 32, 40, 48]
+    assert host_counts("24,32, 40,48") == [24, 32, 40, 48]
 
 
 def test_a_range_holds_every_count_from_one_end_to_the_other() -> None:
-    assert _host_counts("16-20") == [16, 17, 18, 19, 20]
-    assert len(_host_counts("16-64")) == 49  # 128 to 512 GPUs, every host count
+    assert host_counts("16-20") == [16, 17, 18, 19, 20]
+    assert len(host_counts("16-64")) == 49  # 128 to 512 GPUs, every host count
 
 
 def test_lists_and_ranges_mix_and_each_count_runs_once() -> None:
-    assert _host_counts("16,18-20,19,64") == [16, 18, 19, 20, 64]
+    assert host_counts("16,18-20,19,64") == [16, 18, 19, 20, 64]
 
 
 @pytest.mark.parametrize("text", ["24,x", "20-16", "16-", "-16-20"])
 def test_a_malformed_count_is_an_argument_error(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="expected host counts"):
-        _host_counts(text)
+        host_counts(text)
 
 
 def _saved(tmp_path: Path) -> Path:

@@ -1,9 +1,9 @@
-"""The fair-share base kept across cycles (``scheduler.index.fair_share_order._FairShareBase``) is the one built afresh.
+"""The fair-share base kept across cycles (``scheduler.index.fair_share_order.FairShareBase``) is the one built afresh.
 
 A cycle's order starts from the usage at the fair-share instant plus the
 running allocated work's commitments. Inside one instant the base is advanced
 by replaying the running set's journal (``WorkloadsProjection.moves``), and to
-a later instant it is moved (``_FairShareBase._move_to``), instead of being
+a later instant it is moved (``FairShareBase._move_to``), instead of being
 rebuilt. These tests run whole scenarios and, at every order a cycle builds,
 demand that the kept base equals a fresh one: the same commitments, the same
 sums at every node, and every level it kept sorted in the order a plain sort
@@ -22,12 +22,12 @@ import pytest
 from sim_helpers import shipped_log
 
 from scheduler.index import fair_share_order as ranking_mod
-from scheduler.index.fair_share_order import Ranking, _FairShareBase, commitments, fair_share_time
+from scheduler.index.fair_share_order import FairShareBase, Ranking, commitments, fair_share_time
 from scheduler.state import State
 
 
-def _fresh(state: State) -> _FairShareBase:
-    return _FairShareBase(state, fair_share_time(state))
+def _fresh(state: State) -> FairShareBase:
+    return FairShareBase(state, fair_share_time(state))
 
 
 def _plain_order(state: State, use: dict[str, int], path: str) -> list[str]:
@@ -54,9 +54,9 @@ class Watch:
 def _watch(monkeypatch: pytest.MonkeyPatch) -> Watch:
     seen = Watch()
     init = Ranking.__init__
-    current = _FairShareBase.current
+    current = FairShareBase.current
 
-    def checked_current(self: _FairShareBase, state: State, fs: int) -> bool:
+    def checked_current(self: FairShareBase, state: State, fs: int) -> bool:
         before = self.running_version
         was_at = self.fs
         behind = state.workloads.running_version - before
@@ -69,7 +69,7 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> Watch:
     def checked_init(self: Ranking, state: State, committed: dict[str, int]) -> None:
         init(self, state, committed)
         base = state.memo["fair_share"]
-        assert isinstance(base, _FairShareBase)
+        assert isinstance(base, FairShareBase)
         if committed is not base.committed:
             return
         seen.orders += 1
@@ -83,7 +83,7 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> Watch:
             if order != _plain_order(state, fresh.use, path):
                 seen.wrong.append(f"level {path} at {state.now}")
 
-    monkeypatch.setattr(_FairShareBase, "current", checked_current)
+    monkeypatch.setattr(FairShareBase, "current", checked_current)
     monkeypatch.setattr(Ranking, "__init__", checked_init)
     return seen
 
@@ -104,14 +104,14 @@ def test_an_advanced_base_equals_a_fresh_one(name: str, days: float | None,
 
 def test_a_base_that_keeps_stale_levels_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A mutant that never re-sorts the levels above a moved leaf must show up as wrong levels."""
-    advance = _FairShareBase._advance
+    advance = FairShareBase._advance
 
-    def keeps_everything(self: _FairShareBase, moves: list[object], parent: dict[str, str | None]) -> None:
+    def keeps_everything(self: FairShareBase, moves: list[object], parent: dict[str, str | None]) -> None:
         pristine = self.pristine
         advance(self, moves, parent)  # type: ignore[arg-type]
         self.pristine = pristine
 
-    monkeypatch.setattr(_FairShareBase, "_advance", keeps_everything)
+    monkeypatch.setattr(FairShareBase, "_advance", keeps_everything)
     seen = _watch(monkeypatch)
     shipped_log("ai2-month", 1.0)
     assert any(w.startswith("level") for w in seen.wrong)
@@ -119,14 +119,14 @@ def test_a_base_that_keeps_stale_levels_is_caught(monkeypatch: pytest.MonkeyPatc
 
 def test_a_moved_base_that_keeps_stale_levels_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A mutant that keeps every sorted level across instants must show up as wrong levels."""
-    move_to = _FairShareBase._move_to
+    move_to = FairShareBase._move_to
 
-    def keeps_everything(self: _FairShareBase, state: State, fs: int, moves: list[object]) -> None:
+    def keeps_everything(self: FairShareBase, state: State, fs: int, moves: list[object]) -> None:
         pristine = dict(self.pristine)
         move_to(self, state, fs, moves)  # type: ignore[arg-type]
         self.pristine = pristine
 
-    monkeypatch.setattr(_FairShareBase, "_move_to", keeps_everything)
+    monkeypatch.setattr(FairShareBase, "_move_to", keeps_everything)
     seen = _watch(monkeypatch)
     shipped_log("ai2-month", 1.0)
     assert any(w.startswith("level") for w in seen.wrong)
@@ -135,10 +135,10 @@ def test_a_moved_base_that_keeps_stale_levels_is_caught(monkeypatch: pytest.Monk
 def test_a_moved_base_that_keeps_old_terms_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A mutant that moves to a later instant without re-reading usage must show up as wrong sums."""
 
-    def stays(self: _FairShareBase, state: State, fs: int, moves: list[object]) -> None:
+    def stays(self: FairShareBase, state: State, fs: int, moves: list[object]) -> None:
         self.fs = fs
 
-    monkeypatch.setattr(_FairShareBase, "_move_to", stays)
+    monkeypatch.setattr(FairShareBase, "_move_to", stays)
     seen = _watch(monkeypatch)
     shipped_log("ai2-month", 0.5)
     assert any(w.startswith("sums") for w in seen.wrong)
@@ -146,7 +146,7 @@ def test_a_moved_base_that_keeps_old_terms_is_caught(monkeypatch: pytest.MonkeyP
 
 def test_the_log_is_the_same_when_every_order_is_built_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
     kept = shipped_log("ai2-month", 2.0)
-    monkeypatch.setattr(_FairShareBase, "current", lambda self, state, fs: False)
+    monkeypatch.setattr(FairShareBase, "current", lambda self, state, fs: False)
     assert shipped_log("ai2-month", 2.0) == kept
 
 

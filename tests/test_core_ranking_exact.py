@@ -1,8 +1,8 @@
 """The order's shortcuts give the answers of the plain computations they replace.
 
-``Ranking`` re-sorts a level from an earlier order of it (``_resort``: one
+``Ranking`` re-sorts a level from an earlier order of it (``resort``: one
 moved child put back in place, or an insertion sort, comparing with
-``_before`` instead of building key tuples), resumes ``best``'s scan of a level where it last found only inactive
+``served_before`` instead of building key tuples), resumes ``best``'s scan of a level where it last found only inactive
 children, keeps where two leaves' paths part (``may_preempt``) per tree, and
 shares the base's sums and sorted levels until its first commitment. Each is
 checked here against the plain version, on random trees, usages and
@@ -19,7 +19,7 @@ from core_helpers import Sim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.index.fair_share_order import Ranking, _before, _resort, commitments
+from scheduler.index.fair_share_order import Ranking, commitments, resort, served_before
 from scheduler.policy.rules import less_used
 
 
@@ -50,7 +50,7 @@ def _plain_leaves(r: Ranking, node: str) -> list[str]:
     return [leaf for c in _plain(r, node) for leaf in _plain_leaves(r, c)]
 
 
-def _parting(leaf: str, victim: str) -> tuple[str, str] | None:
+def parting_of(leaf: str, victim: str) -> tuple[str, str] | None:
     """The siblings where the two paths part (the nodes compared), or None when one holds the other."""
     a, b = leaf.split("/"), victim.split("/")
     i = 0
@@ -61,8 +61,8 @@ def _parting(leaf: str, victim: str) -> tuple[str, str] | None:
     return "/".join(a[: i + 1]), "/".join(b[: i + 1])
 
 
-def _plain_may_preempt(r: Ranking, leaf: str, commitment: int, victim: str) -> bool:
-    parting = _parting(leaf, victim)
+def plain_may_preempt(r: Ranking, leaf: str, commitment: int, victim: str) -> bool:
+    parting = parting_of(leaf, victim)
     if parting is None:
         return False
     x, y = parting
@@ -84,14 +84,14 @@ def test_a_stale_level_resorts_to_the_sorted_order(siblings: list[tuple[int, int
     rnd = random.Random(seed)
     hint = list(names)
     rnd.shuffle(hint)
-    assert _resort((hint, ""), use, shares) == sorted(names, key=lambda c: _key(use, shares, c))
+    assert resort((hint, ""), use, shares) == sorted(names, key=lambda c: _key(use, shares, c))
     for a in names:
         for b in names:
-            assert _before(a, b, use, shares) is (_key(use, shares, a) < _key(use, shares, b))
+            assert served_before(a, b, use, shares) is (_key(use, shares, a) < _key(use, shares, b))
     before = sorted(names, key=lambda c: _key(use, shares, c))
     child = rnd.choice(names)
     use[child] = max(0, use[child] + moved * 1800)
-    assert _resort((before, child), use, shares) == sorted(names, key=lambda c: _key(use, shares, c))
+    assert resort((before, child), use, shares) == sorted(names, key=lambda c: _key(use, shares, c))
 
 
 def _random_tree(rnd: random.Random) -> tuple[list[tuple[str, int, tuple[str, ...]]], list[str]]:
@@ -109,7 +109,7 @@ def _random_tree(rnd: random.Random) -> tuple[list[tuple[str, int, tuple[str, ..
     return tree, leaves
 
 
-def _with_history(seed: int) -> tuple[Sim, list[str], random.Random]:
+def with_history(seed: int) -> tuple[Sim, list[str], random.Random]:
     rnd = random.Random(seed)
     tree, leaves = _random_tree(rnd)
     s = Sim(tuple(tree), hosts=1)
@@ -122,7 +122,7 @@ def _with_history(seed: int) -> tuple[Sim, list[str], random.Random]:
 @pytest.mark.parametrize("seed", range(40))
 def test_best_and_the_order_follow_admissions_exactly(seed: int) -> None:
     """``best`` and the walks, after any mix of activations, commitments and deactivations, are the plain ones."""
-    s, leaves, rnd = _with_history(seed)
+    s, leaves, rnd = with_history(seed)
     state = s.state
     r = Ranking(state, commitments(state))
     r.activate([leaf for leaf in leaves if rnd.random() < 0.7] + ["lab/gone"])
@@ -158,27 +158,27 @@ def test_best_and_the_order_follow_admissions_exactly(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(20))
 def test_may_preempt_is_the_plain_comparison(seed: int) -> None:
-    s, leaves, rnd = _with_history(seed)
+    s, leaves, rnd = with_history(seed)
     state = s.state
     r = Ranking(state, commitments(state))
     for _ in range(3):
         for a in leaves:
             for b in leaves:
                 c = rnd.choice([0, 1, 3600, 10**6])
-                assert r.may_preempt(a, c, b) is _plain_may_preempt(r, a, c, b)
+                assert r.may_preempt(a, c, b) is plain_may_preempt(r, a, c, b)
         r.commit(rnd.choice(leaves), rnd.randint(1, 10**5))
     # A later order of the same tree reuses the memo of where paths part.
     again = Ranking(state, commitments(state))
     assert again._splits is r._splits
     for a in leaves:
         for b in leaves:
-            assert again.may_preempt(a, 7, b) is _plain_may_preempt(again, a, 7, b)
+            assert again.may_preempt(a, 7, b) is plain_may_preempt(again, a, 7, b)
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_an_order_that_commits_leaves_the_base_as_it_was(seed: int) -> None:
     """Sums and sorted levels are the base's until the first commitment, then the order's own."""
-    s, leaves, rnd = _with_history(seed)
+    s, leaves, rnd = with_history(seed)
     state = s.state
     first = Ranking(state, commitments(state))
     first.leaf_order()  # sorts every level into the base
@@ -199,4 +199,4 @@ def test_ratios_a_float_cannot_tell_apart_are_ordered_exactly() -> None:
     use = {"a": big + 1, "b": big}
     shares = {"a": 3, "b": 3}
     assert (big + 1) / 3 == big / 3  # the float quotients are equal
-    assert not _before("a", "b", use, shares) and _before("b", "a", use, shares)
+    assert not served_before("a", "b", use, shares) and served_before("b", "a", use, shares)

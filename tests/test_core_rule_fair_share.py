@@ -10,7 +10,7 @@ in random orders so that either path fills the memo first.
 from __future__ import annotations
 
 import pytest
-from test_core_ranking_exact import _parting, _plain_may_preempt, _with_history
+from test_core_ranking_exact import parting_of, plain_may_preempt, with_history
 
 from projections.workloads import Workload
 from scheduler.index.fair_share_order import Ranking, commitments
@@ -25,7 +25,7 @@ def _workload(leaf: str, gpus: int, min_runtime_s: int) -> Workload:
 
 def _threshold(r: Ranking, a: str, b: str) -> int | None:
     """The least commitment with which ``a`` may not take ``b``'s work, when shares decide it."""
-    parting = _parting(a, b)
+    parting = parting_of(a, b)
     if parting is None:
         return None
     x, y = parting
@@ -43,7 +43,7 @@ def _victim(leaf: str) -> Workload:
 
 @pytest.mark.parametrize("seed", range(30))
 def test_reason_is_fair_share_exactly_when_may_preempt_says_so(seed: int) -> None:
-    s, leaves, rnd = _with_history(seed)
+    s, leaves, rnd = with_history(seed)
     state = s.state
     r = Ranking(state, commitments(state))
     for _ in range(4):
@@ -53,7 +53,7 @@ def test_reason_is_fair_share_exactly_when_may_preempt_says_so(seed: int) -> Non
                 for b in rnd.sample(leaves, len(leaves)):
                     if b == a:
                         continue
-                    plain = _plain_may_preempt(r, a, g * m, b)
+                    plain = plain_may_preempt(r, a, g * m, b)
                     if rnd.random() < 0.3:
                         assert rule.fair_share(b) is plain
                     assert (rule.reason(_victim(b)) == FAIR_SHARE) is plain, (a, b, g * m)
@@ -66,5 +66,5 @@ def test_reason_is_fair_share_exactly_when_may_preempt_says_so(seed: int) -> Non
                 for c in (t - 1, t, t + 1):
                     rule = BudgetRule(r, _workload(a, 1, c))
                     assert (rule.reason(_victim(b)) == FAIR_SHARE) is (c < t), (a, b, c, t)
-                    assert (rule.reason(_victim(b)) == FAIR_SHARE) is _plain_may_preempt(r, a, c, b)
+                    assert (rule.reason(_victim(b)) == FAIR_SHARE) is plain_may_preempt(r, a, c, b)
         r.commit(rnd.choice(leaves), rnd.randint(1, 10**5))

@@ -53,6 +53,11 @@ def test_dashboard_shows_the_queue_and_an_explanation(kafka: str, tmp_path: Path
             page.wait_for_selector(f"#explain[data-workload='{first}']", timeout=10_000)
             text = page.inner_text("#explain")
             assert "pending" in text and "Fair share" in text
+            # Its forecast, in words with a date: the running job ends after the assumed
+            # 4 h (no expected duration given), then the first in line starts.
+            forecast = next(ln for ln in text.splitlines() if ln.startswith("forecast: "))
+            assert "estimated start 20" in forecast and " UTC (in " in forecast, forecast
+            assert "{" not in forecast and str(env["at"])[:5] not in forecast
             assert int(page.get_attribute("#gantt", "data-runs") or 0) >= 1
             page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
             browser.close()

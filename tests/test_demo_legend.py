@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.demo import DemoReport, _verdict, legend
+from streams.demo import DemoReport, legend, verdict
 
 
 def _report(**kw: object) -> DemoReport:
@@ -22,11 +22,11 @@ def test_the_legend_names_what_pass_checks() -> None:
                       ({"projections_checked": True, "projections_ok": False},
                        "projections' windows equal the audit's")):
         r = _report(**kw)
-        _verdict(r)
+        verdict(r)
         assert not r.passed, kw
         assert words in " ".join(legend(r).split()), kw
     ok = _report()
-    _verdict(ok)
+    verdict(ok)
     assert ok.passed
     text = " ".join(legend(ok).split())
     assert "projections" not in text  # not checked, not claimed

@@ -294,29 +294,29 @@ def test_the_books_grace_is_the_schedulers() -> None:
 
 def test_submit_takes_the_command_after_double_dash_and_slurm_durations(tmp_path: Path) -> None:
     from allot.cli import build_parser
-    from streams.commands import _run_spec
+    from streams.commands import run_spec
 
     args = build_parser().parse_args([
         "submit", "--budget", "lab/a", "--gpus", "2", "--time", "1:30:00", "--env", "A=1",
         "--env", "B=x=y", "--workdir", str(tmp_path), "--grace", "30s", "--",
         "python", "train.py", "--lr", "3e-4"])
-    assert _run_spec(args) == {
+    assert run_spec(args) == {
         "command": ("python", "train.py", "--lr", "3e-4"), "workdir": str(tmp_path),
         "env": ("A=1", "B=x=y"), "log_path": None, "time_limit_s": 5400, "grace_s": 30}
     assert args.command == "submit"  # (the verb's name is not the workload's command)
     plain = build_parser().parse_args(["submit", "--budget", "lab/a", "--gpus", "2"])
-    assert set(_run_spec(plain).values()) == {None}
+    assert set(run_spec(plain).values()) == {None}
 
 
 def test_submit_refuses_a_bad_env_entry() -> None:
     from allot.cli import build_parser
-    from streams.commands import _run_spec
+    from streams.commands import run_spec
     from streams.errors import ClientError
 
     args = build_parser().parse_args(["submit", "--budget", "lab/a", "--gpus", "1",
                                       "--env", "NOVALUE", "--", "true"])
     with pytest.raises(ClientError, match="NAME=VALUE"):
-        _run_spec(args)
+        run_spec(args)
 
 
 def test_a_run_directory_cut_before_its_spec_is_launched_afresh(tmp_path: Path) -> None:
@@ -353,7 +353,7 @@ def test_gpu_ids_are_given_counted_or_listed_by_nvidia_smi(tmp_path: Path,
 
 def test_submit_runs_a_script_file_like_sbatch(tmp_path: Path) -> None:
     from allot.cli import build_parser
-    from streams.commands import _run_spec
+    from streams.commands import run_spec
     from streams.errors import ClientError
 
     plain, runnable = tmp_path / "job.sh", tmp_path / "run.sh"
@@ -362,7 +362,7 @@ def test_submit_runs_a_script_file_like_sbatch(tmp_path: Path) -> None:
     runnable.chmod(0o755)
 
     def spec(*argv: str) -> dict[str, Any]:
-        return _run_spec(build_parser().parse_args(
+        return run_spec(build_parser().parse_args(
             ["submit", "--budget", "lab/a", "--gpus", "1", *argv]))
 
     assert spec("--script", str(plain))["command"] == ("sh", str(plain))

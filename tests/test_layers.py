@@ -143,3 +143,18 @@ def test_the_graph_is_read() -> None:
     assert _violations("scheduler", "events")
     assert _violations("simulator", "scheduler")
     assert _violations("allot", "simulator")
+
+
+def _private_imports() -> list[str]:
+    """``from M import _name`` in a test: the test would be bound to an implementation detail."""
+    out = []
+    for path in sorted((Path(__file__).parent).glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                out += [f"{path.name}:{node.lineno} {node.module}.{a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    return out
+
+
+def test_no_test_imports_a_private_name() -> None:
+    assert _private_imports() == []

@@ -25,10 +25,10 @@ from tests.kafka import Live, unique_prefix, wait_until
 from tests.test_live_failover import (
     PARTITIONS,
     Feed,
-    _pair,
-    _settle,
-    _stopped,
-    _verify,
+    pair,
+    settle,
+    stopped,
+    verify,
     worker_of,
 )
 
@@ -57,7 +57,7 @@ def _taken(live: Live, names: dict[str, str], partitions: set[int], survivor: st
 
 def test_a_killed_owners_partitions_move_within_5_s(live: Live, kafka: str,
                                                     tmp_path: Path) -> None:
-    procs, ports = _pair(live, kafka, tmp_path)
+    procs, ports = pair(live, kafka, tmp_path)
     names = {n: n for n in procs}
     try:
         feed = Feed(live)
@@ -78,8 +78,8 @@ def test_a_killed_owners_partitions_move_within_5_s(live: Live, kafka: str,
         assert "liveness.takeover" in procs[survivor].log_text()
         time.sleep(1.0)
         feed.finish()
-        owners_now = _settle(live, {survivor}, quiet_s=3.0)
-        totals = _verify(live, ports, owners_now)
+        owners_now = settle(live, {survivor}, quiet_s=3.0)
+        totals = verify(live, ports, owners_now)
         assert totals["inputs"] >= feed.sent
     finally:
         for p in procs.values():
@@ -93,14 +93,14 @@ def test_a_frozen_owners_partitions_move_within_5_s_and_it_is_fenced(
     resumed after its session timeout, the group has moved them too (the slow path on top)."""
     # "wa" freezes itself (SIGSTOP) in the middle of a batch, after its 300th journal record:
     # it holds a half-written batch while "wb" takes its partitions over.
-    procs, ports = _pair(live, kafka, tmp_path, env={"wa": {"ALLOT_FAULT_STOP_AFTER_SENDS": "300"}})
+    procs, ports = pair(live, kafka, tmp_path, env={"wa": {"ALLOT_FAULT_STOP_AFTER_SENDS": "300"}})
     names = {n: n for n in procs}
     try:
         feed = Feed(live, rate_per_cluster=40.0)
         feed.setup()
         held = _held_by(live, names, "wa")
         feed.start()
-        wait_until(lambda: _stopped(procs["wa"].pid), 60, interval=0.02,
+        wait_until(lambda: stopped(procs["wa"].pid), 60, interval=0.02,
                    what="wa to freeze itself mid-batch")
         t_freeze = time.monotonic()
         held = _held_by(live, names, "wa") or held
@@ -117,8 +117,8 @@ def test_a_frozen_owners_partitions_move_within_5_s_and_it_is_fenced(
                    what="wa to find itself fenced")
         time.sleep(1.0)
         feed.finish()
-        owners_now = _settle(live, {"wa", "wb"}, quiet_s=3.0)
-        totals = _verify(live, ports, owners_now)
+        owners_now = settle(live, {"wa", "wb"}, quiet_s=3.0)
+        totals = verify(live, ports, owners_now)
         assert totals["fenced"] > 0, "wa wrote nothing after the takeover"
         assert totals["inputs"] >= feed.sent
         if hold_s == 0.0:

@@ -26,7 +26,7 @@ from events.codec import CURRENT_VERSION
 from events.limits import INT64_MAX, INT64_MIN, MAX_RECORD_BYTES, MAX_STRING_CHARS
 from events.union import TAGS
 from events.values import FLAT_CHECKS, problem
-from scheduler.admission import Refusal, _value_problem, refusal
+from scheduler.admission import Refusal, refusal, value_problem
 
 
 class _Str(str):
@@ -88,7 +88,7 @@ def _events(draw: st.DrawFn) -> Any:
 def _agree(event: Any) -> bool:
     """The fast path's answer is problem's; True when the fast path itself answered."""
     slow = problem(event)
-    assert _value_problem(event) == slow, (event, slow)
+    assert value_problem(event) == slow, (event, slow)
     return slow is None
 
 

@@ -9,11 +9,11 @@ import pytest
 
 from allot.cli import main
 from events import write_log
-from tests.test_whatif_reproduce import _recorded
+from tests.test_whatif_reproduce import recorded_log
 
 
 def test_whatif_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    log, _ = _recorded()
+    log, _ = recorded_log()
     path = tmp_path / "journal.jsonl"
     write_log(path, log)
     out = tmp_path / "wi"

@@ -23,14 +23,14 @@ SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
 
 @cache
-def _recorded() -> tuple[list[Event], int]:
+def recorded_log() -> tuple[list[Event], int]:
     sc = load_scenario(SCENARIOS / "demo.toml")
     return Simulation(sc, "allot", SCENARIOS).run().log, sc.epoch
 
 
 @pytest.mark.parametrize("days", [(0.0, 3.0), (1.0, 2.0), (0.5, 2.5)])
 def test_unchanged_policy_reproduces_the_recorded_decisions(days: tuple[float, float]) -> None:
-    log, epoch = _recorded()
+    log, epoch = recorded_log()
     t1, t2 = epoch + int(days[0] * 86_400), epoch + int(days[1] * 86_400)
     r = rerun(log, t1, t2, Change())
     again = [encode(e) for e in r.log[r.period_start:]]
@@ -42,7 +42,7 @@ def test_unchanged_policy_reproduces_the_recorded_decisions(days: tuple[float, f
 
 
 def test_a_change_diverges_and_clamps_what_the_new_cap_refuses() -> None:
-    log, epoch = _recorded()
+    log, epoch = recorded_log()
     cap = 1800
     over = sum(1 for e in log if type(e) is WorkloadSubmitted and e.min_runtime_s > cap
                and e.at >= epoch)
@@ -58,7 +58,7 @@ def test_a_change_diverges_and_clamps_what_the_new_cap_refuses() -> None:
 
 
 def test_reject_over_cap_refuses_and_counts() -> None:
-    log, epoch = _recorded()
+    log, epoch = recorded_log()
     r = rerun(log, epoch, epoch + 3 * 86_400,
               Change(knobs={"min_runtime_cap_s": 1800}, over_cap="reject"))
     rejected = [e for e in r.log if type(e).__struct_config__.tag == "workload.rejected"
@@ -68,7 +68,7 @@ def test_reject_over_cap_refuses_and_counts() -> None:
 
 
 def test_shares_change_is_applied_by_a_manager() -> None:
-    log, epoch = _recorded()
+    log, epoch = recorded_log()
     r = rerun(log, epoch + 86_400, epoch + 2 * 86_400, Change(shares={"lab/robotics": 5}))
     edits = [e for e in r.log[r.period_start:] if type(e).__struct_config__.tag
              == "budget.shares_set"]
@@ -76,7 +76,7 @@ def test_shares_change_is_applied_by_a_manager() -> None:
 
 
 def test_bad_change_is_one_clear_error() -> None:
-    log, epoch = _recorded()
+    log, epoch = recorded_log()
     with pytest.raises(WhatIfError, match="no budget node"):
         rerun(log, epoch, epoch + 86_400, Change(shares={"lab/nope": 3}))
     with pytest.raises(WhatIfError, match="refused"):
@@ -84,7 +84,7 @@ def test_bad_change_is_one_clear_error() -> None:
 
 
 def test_unknown_knob_is_refused() -> None:
-    log, epoch = _recorded()
+    log, epoch = recorded_log()
     with pytest.raises(WhatIfError, match="unknown policy knob"):
         rerun(log, epoch, epoch + 86_400, Change(knobs={"bogus": 3}))
 

@@ -80,7 +80,7 @@ def _sums(state: State, committed: dict[str, int], fs: int) -> dict[str, int]:
 
 # A level no longer sorted at the current sums: an order of its children that
 # was sorted, and the one child whose sum moved since ("" when several may
-# have). See ``_resort``.
+# have). See ``resort``.
 _Stale = tuple[list[str], str]
 
 
@@ -137,7 +137,7 @@ def _restale(pristine: dict[str, list[str]], stale: dict[str, _Stale],
     return kept, out
 
 
-class _FairShareBase:
+class FairShareBase:
     """What every cycle's order starts from, kept across cycles (in ``State.memo``).
 
     At one fair-share instant, tree and policy, the usage read at the instant
@@ -347,17 +347,17 @@ def _committed(parts: dict[str, _Part], fs: int) -> dict[str, int]:
     return committed
 
 
-def _fair_share_base(state: State) -> _FairShareBase:
+def _fair_share_base(state: State) -> FairShareBase:
     fs = fair_share_time(state)
     base = state.memo.get("fair_share")
-    if isinstance(base, _FairShareBase) and base.current(state, fs):
+    if isinstance(base, FairShareBase) and base.current(state, fs):
         return base
-    base = _FairShareBase(state, fs)
+    base = FairShareBase(state, fs)
     state.memo["fair_share"] = base
     return base
 
 
-def _before(a: str, b: str, use: dict[str, int], shares: dict[str, int]) -> bool:
+def served_before(a: str, b: str, use: dict[str, int], shares: dict[str, int]) -> bool:
     """Whether sibling ``a`` is served before ``b``.
 
     The comparison of the keys ``(1, 0, 0, name)`` for a node with no share
@@ -372,7 +372,7 @@ def _before(a: str, b: str, use: dict[str, int], shares: dict[str, int]) -> bool
 
 
 def _precedes(a: str, sa: int, ua: int, b: str, sb: int, ub: int) -> bool:
-    """``_before`` of ``a`` (shares ``sa``, sum ``ua``) and ``b`` (``sb``, ``ub``)."""
+    """``served_before`` of ``a`` (shares ``sa``, sum ``ua``) and ``b`` (``sb``, ``ub``)."""
     if sa <= 0 or sb <= 0:
         if sa > 0:
             return True
@@ -389,20 +389,20 @@ def _precedes(a: str, sa: int, ua: int, b: str, sb: int, ub: int) -> bool:
 
 
 def _sorted(children: list[str], use: dict[str, int], shares: dict[str, int]) -> list[str]:
-    """``children`` in ``_before`` order, by a plain sort with that comparison."""
+    """``children`` in ``served_before`` order, by a plain sort with that comparison."""
     def cmp(a: str, b: str) -> int:
-        return -1 if _before(a, b, use, shares) else 1  # (never equal: names are unique)
+        return -1 if served_before(a, b, use, shares) else 1  # (never equal: names are unique)
 
     return sorted(children, key=cmp_to_key(cmp))
 
 
 # Levels this wide or narrower are re-sorted from an old order by insertion
-# (``_resort``); wider ones by a plain sort, whose cost does not depend on how
+# (``resort``); wider ones by a plain sort, whose cost does not depend on how
 # far the old order is from the new one.
 _INSERTION_MAX = 32
 
 
-def _resort(stale: _Stale, use: dict[str, int], shares: dict[str, int]) -> list[str]:
+def resort(stale: _Stale, use: dict[str, int], shares: dict[str, int]) -> list[str]:
     """The level sorted at ``use``, as a new list, from its stale entry.
 
     With one moved child, the rest of the old order is still sorted (only
@@ -438,7 +438,7 @@ def _resort(stale: _Stale, use: dict[str, int], shares: dict[str, int]) -> list[
     out = []
     for c in order:
         j = len(out)
-        while j > 0 and _before(c, out[j - 1], use, shares):
+        while j > 0 and served_before(c, out[j - 1], use, shares):
             j -= 1
         out.insert(j, c)
     return out
@@ -508,7 +508,7 @@ class Ranking:
     """The fair-share order for one cycle; admissions update it as the cycle goes.
 
     ``use``, the sorted levels and the stale ones start as the base's own
-    (``_FairShareBase``) and are copied at the first in-cycle commitment, so a
+    (``FairShareBase``) and are copied at the first in-cycle commitment, so a
     cycle that commits nothing copies nothing; ``use`` is for reading only.
     """
 
@@ -524,7 +524,7 @@ class Ranking:
         self.parent = st.parent
         # The order at the cycle's start is a function of the usage at the
         # fair-share instant, the commitments, the tree and the policy: kept
-        # across cycles (``_FairShareBase``), with every level sorted at that
+        # across cycles (``FairShareBase``), with every level sorted at that
         # order (its ``pristine``; a level sorted after an in-cycle commitment
         # is not kept).
         base = _fair_share_base(state)
@@ -567,7 +567,7 @@ class Ranking:
             if stale is None:
                 order = _sorted(self.children[path], self.use, self.shares)
             else:
-                order = _resort(stale, self.use, self.shares)
+                order = resort(stale, self.use, self.shares)
             self._sorted[path] = order
         return order
 
