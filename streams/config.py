@@ -67,6 +67,19 @@ class WorkerSettings:
         "How long the group waits for a silent worker before giving its partitions to "
         "another (the takeover time after a crash is about this).", 6000)
     heartbeat_interval_ms: int = _doc("Heartbeat period to the group coordinator.", 1000)
+    liveness: bool = _doc(
+        "Fast takeover: every worker writes a heartbeat to `allot.liveness` every "
+        "`liveness_interval_s`, and when the worker holding a partition has not been heard "
+        "for `liveness_lapse_s`, a live one claims it at once (the claim fences the silent "
+        "one), without waiting for the group's session timeout and rebalance. Off: the "
+        "group alone moves partitions.", True)
+    liveness_interval_s: float = _doc(
+        "Seconds between two heartbeats of a worker on `allot.liveness`.", 0.5)
+    liveness_lapse_s: float = _doc(
+        "A worker not heard for this long is taken for dead or frozen and its partitions are "
+        "claimed by another (safe even when it is only slow: the claim fences it). Shorter: "
+        "faster failover, more needless takeovers of a worker that stalls (a long GC, a "
+        "loaded machine).", 2.0)
     tick_interval_s: float = _doc(
         "Wall-clock seconds between two ticks of each owned cluster.", 1.0)
     time_scale: float = _doc(
@@ -266,6 +279,11 @@ def _check(s: WorkerSettings) -> WorkerSettings:
             raise bad(name, "must not be negative")
     if s.snapshot_every_s < 0:
         raise bad("snapshot_every_s", "must not be negative")
+    if s.liveness_interval_s <= 0:
+        raise bad("liveness_interval_s", "must be positive")
+    if s.liveness_lapse_s < 2 * s.liveness_interval_s:
+        raise bad("liveness_lapse_s", "must be at least two liveness intervals "
+                  f"(2 x {s.liveness_interval_s:g} s)")
     if s.tick_interval_s <= 0:
         raise bad("tick_interval_s", "must be positive")
     if s.time_scale <= 0:

@@ -22,6 +22,13 @@ and the crash-safety argument in full):
    start-up the newest snapshot of every partition is restored while the group
    joins (``snapshots.Prefetcher``); a claim uses its partition's only if it
    reflects offsets below the claim.
+5. **Liveness** (``liveness``, the fast takeover; the rule is ``streams/liveness.py``).
+   Every worker beats on ``allot.liveness``; a partition whose holder is silent for
+   ``liveness_lapse_s`` is claimed by one live worker and consumed outside the
+   group (a standby consumer) until the group assigns it; a worker that finds a
+   newer claim (in a beat, or among the offsets between its own appends) stops
+   writing there; the group's assignee reclaims from such a cover. A partition the
+   group revokes is kept, outside the group, until its next holder claims it.
 
 ``Worker`` holds all of its state (no module globals), so tests and
 ``allot up`` can run several in one process. ``run()`` until ``stop()``.
@@ -40,6 +47,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.partitioner import murmur2
@@ -48,12 +56,13 @@ import native
 from events import ClockTicked, Event, encode, tag_of
 from events.errors import AllotError
 from events.limits import MAX_RECORD_BYTES
-from identity.journal_seal import SealCheck, seal
+from identity.journal_seal import HEADER_SEAL, SealCheck, seal
 from identity.keys import public_from_hex, public_of
 from scheduler import Engine
 from streams import logs, processor, snapshots, topics
 from streams.config import WorkerSettings, kafka_client_options
 from streams.journal import begin_offset, journal_record, read_until, reader
+from streams.liveness import Beat, Liveness, decode_beat, encode_beat, heard_at
 from streams.metrics import MetricsServer, WorkerMetrics
 from streams.processor import Accepted, Dead, InboxRecord, PartitionFold, Processor, Skipped
 from streams.records import (
@@ -81,6 +90,15 @@ from streams.ticker import VirtualClock, make_tick, nudge_id
 NUDGE_TIMEOUT_S = 1.0
 # Consumer offsets are informative only (the journal says where to resume): commit this often.
 COMMIT_EVERY_S = 5.0
+# The liveness topic (heartbeats, the fast takeover path): one partition, short retention.
+LIVENESS = "allot.liveness"
+LIVENESS_RETENTION_MS = 3600 * 1000
+# How far back from its end a starting worker reads the liveness topic (records).
+LIVENESS_TAIL = 512
+# Incarnations silent this long that hold nothing are forgotten.
+LIVENESS_FORGET_S = 600.0
+# The kind a beat's seal is computed under (never a journal record's kind).
+BEAT_SEAL_KIND = "beat"
 # After this many seeks back to the same expected offset, accept that the offsets between
 # do not exist (a transactional producer's control records, a retention cut).
 MAX_SEEKS_TO_SAME_OFFSET = 3
@@ -120,6 +138,7 @@ class PartitionState:
         self.seeks = 0
         self.nudges: dict[str, float] = {}      # cluster -> when the last nudge was sent
         self.broken = False                     # a produce failed: rebuild from the journal
+        self.foreign_checked = 0                # how many of own.foreign were read for claims
         # (how, journal offset) of the snapshot this state was rebuilt from: "prefetch" (restored
         # while the group joined) or "claim" (after the claim); None: folded from the start.
         self.restored_from: tuple[str, int] | None = None
@@ -148,6 +167,16 @@ class Worker:
         self.journal = topic(JOURNAL, settings.topic_prefix)
         self.deadletter = topic(DEADLETTER, settings.topic_prefix)
         self.snapshot_topic = topic(SNAPSHOTS, settings.topic_prefix)
+        self.liveness_topic = topic(LIVENESS, settings.topic_prefix)
+        # A new incarnation per start: a restarted worker is not its dead predecessor.
+        self.incarnation = f"{self.name}/{uuid.uuid4().hex[:8]}"
+        self.liveness = Liveness(self.incarnation, settings.liveness_lapse_s,
+                                 interval_s=settings.liveness_interval_s)
+        self._fast: set[int] = set()            # partitions held outside the group (fast path)
+        self._claimed: dict[int, int] = {}      # partition -> offset of this worker's claim
+        self._beats_sent = 0
+        self._standby: AIOKafkaConsumer | None = None
+        self._beat_reader: AIOKafkaConsumer | None = None
         # SASL options of every Kafka client this worker opens (empty: plaintext).
         self._security = kafka_client_options(settings)
         key = settings.signing_key()
@@ -250,7 +279,8 @@ class Worker:
         self._consumer.subscribe([self.inbox], listener=_Listener(self))
         # The group join waits on the broker for seconds: connect the producer and the reader
         # meanwhile (the prefetch is restoring snapshots already).
-        await asyncio.gather(self._consumer.start(), self._producer.start(), self._reader.start())
+        await asyncio.gather(self._consumer.start(), self._producer.start(), self._reader.start(),
+                             self._start_liveness())
         if s.metrics_port >= 0:
             loop = asyncio.get_running_loop()
 
@@ -282,6 +312,195 @@ class Worker:
         self.log.info("worker.started", bootstrap=s.bootstrap, group=s.group,
                       partitions=self.partitions, clusters=list(s.clusters),
                       core=native.status().name)
+
+    async def _start_liveness(self) -> None:
+        """The liveness topic, the standby consumer (partitions taken outside the group), the beat reader."""
+        s = self.settings
+        if not s.liveness:
+            return
+        try:
+            await ensure_liveness_topic(s.bootstrap, self.liveness_topic, s.replication_factor,
+                                        security=self._security)
+            standby = AIOKafkaConsumer(
+                bootstrap_servers=s.bootstrap, group_id=None, enable_auto_commit=False,
+                auto_offset_reset="earliest", fetch_max_wait_ms=s.fetch_wait_ms,
+                max_partition_fetch_bytes=4 * 1024 * 1024,
+                client_id=f"allot-standby-{self.name}", **self._security)
+            beats = AIOKafkaConsumer(
+                bootstrap_servers=s.bootstrap, group_id=None, enable_auto_commit=False,
+                auto_offset_reset="earliest", fetch_max_wait_ms=50,
+                client_id=f"allot-liveness-{self.name}", **self._security)
+            await asyncio.gather(standby.start(), beats.start())
+            tp = TopicPartition(self.liveness_topic, 0)
+            beats.assign([tp])
+            # Only the recent past matters: the last beats of every worker. (Tansu's end
+            # offset may be short of the true end by a batch: a few beats read twice.)
+            end = (await beats.end_offsets([tp])).get(tp, 0)
+            beats.seek(tp, max(0, end - LIVENESS_TAIL))
+        except (KafkaError, AllotError) as exc:
+            # No fast takeover (the topic cannot be created or read: ACLs, an old broker);
+            # the group still moves partitions. Loud, not fatal.
+            self.log.error("liveness.unavailable", topic=self.liveness_topic, detail=str(exc))
+            self.settings = s.replace(liveness=False)
+            return
+        self._standby, self._beat_reader = standby, beats
+
+    async def _beat_loop(self) -> None:
+        """Write this worker's heartbeat every ``liveness_interval_s``: what it holds, by claim."""
+        assert self._producer is not None
+        interval = self.settings.liveness_interval_s
+        while True:
+            self._beats_sent += 1
+            beat = Beat(worker=self.incarnation, name=self.name, seq=self._beats_sent,
+                        at=time.time(), held=dict(self._claimed),
+                        fast=sorted(p for p in self._fast if p in self._claimed))
+            value = encode_beat(beat)
+            # Sealed like the journal: a beat can fence a worker, so only the group may write one.
+            headers = [seal(self.key, 0, BEAT_SEAL_KIND, self.incarnation, None, value)] \
+                if self._seal_check is not None else None
+            try:
+                await self._producer.send(self.liveness_topic, value, headers=headers,
+                                          key=self.incarnation.encode(), partition=0)
+            except KafkaError as exc:
+                self.log.warning("liveness.beat_failed", detail=str(exc))
+            await asyncio.sleep(interval)
+
+    async def _hear_loop(self) -> None:
+        """Fold every worker's heartbeats into ``self.liveness``."""
+        assert self._beat_reader is not None
+        lapse = self.settings.liveness_lapse_s
+        while True:
+            try:
+                got = await self._beat_reader.getmany(timeout_ms=200)
+            except KafkaError as exc:
+                self.log.warning("liveness.read_failed", detail=str(exc))
+                await asyncio.sleep(0.2)
+                continue
+            now, wall = time.monotonic(), time.time()
+            for msgs in got.values():
+                for m in msgs:
+                    try:
+                        beat = decode_beat(m.value)
+                    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                        self.log.debug("liveness.bad_beat", offset=m.offset, detail=str(exc))
+                        continue
+                    if not self._beat_sealed(beat, m):
+                        self.log.warning("liveness.forged_beat", offset=m.offset,
+                                         worker=beat.worker[:80])
+                        continue
+                    self.liveness.heard(beat, heard_at(now, beat.at, wall, lapse))
+            self.liveness.forget(now, LIVENESS_FORGET_S)
+
+    def _beat_sealed(self, beat: Beat, msg: Any) -> bool:
+        """True when seals are off, or ``msg`` carries a valid seal of ``beat``'s writer."""
+        if self._seal_check is None:
+            return True
+        mac = next((v for k, v in (msg.headers or ()) if k == HEADER_SEAL), None)
+        return mac is not None and self._seal_check(0, BEAT_SEAL_KIND, beat.worker, None,
+                                                    msg.value, mac)
+
+    async def _liveness_turn(self) -> None:
+        """One turn of the fast path: give up what a newer claim fenced, claim the orphans."""
+        if not self.settings.liveness:
+            return
+        d = self.liveness.decide(time.monotonic(), self._claimed, self._assigned_now,
+                                 busy=self._to_take)
+        for p in sorted(d.fenced):
+            holder = self.liveness.holder.get(p)
+            async with self._lock:
+                self._drop_fenced(p, by=holder[1] if holder else None)
+        for p in sorted(d.take):
+            self.log.warning("liveness.takeover", partition=p, holder=d.orphans.get(p),
+                             lapse_s=self.settings.liveness_lapse_s)
+            self._fast.add(p)
+            self._to_take.add(p)
+        for p in sorted(d.reclaim):
+            # The group gives p to this worker and a cover holds it (taken while this one
+            # was silent): the group's word stands, claim p back; the cover is fenced.
+            if p in self._assigned_now and p not in self._to_take:
+                self.log.warning("liveness.reclaim", partition=p,
+                                 cover=self.liveness.holder[p][1])
+                self._to_take.add(p)
+
+    def _drop_fenced(self, p: int, by: str | None) -> None:
+        """A newer claim of another worker took ``p``: stop writing there (it counts for nobody).
+
+        The partition is left to its new holder; if that is a fast-path cover and the
+        group gives ``p`` to this worker, the next liveness turn reclaims it.
+        """
+        self._claimed.pop(p, None)
+        st = self.owned.pop(p, None)
+        if st is not None and st.snapshot_task is not None:
+            st.snapshot_task.cancel()
+        if p in self._fast:
+            self._fast.discard(p)
+            self._standby_assign()
+        elif p in self._assigned_now and self._consumer is not None:
+            with contextlib.suppress(KafkaError, AssertionError):
+                self._consumer.pause(TopicPartition(self.inbox, p))
+        self.metrics.owned.set(len(self.owned))
+        self.log.warning("partition.fenced", partition=p, by=by)
+
+    async def _check_foreign(self, st: PartitionState) -> None:
+        """Read the records others appended between this owner's own writes; a claim fences it.
+
+        Beats announce every claim, but a claimer may die before its first beat. The
+        acknowledged offsets of this worker's own appends show every foreign record (the
+        gaps), so a newer claim is found at the next append (a tick, within a second)
+        whether it was announced or not.
+        """
+        assert self._reader is not None
+        gaps = st.own.foreign[st.foreign_checked:]
+        st.foreign_checked = len(st.own.foreign)
+        if not gaps:
+            return
+
+        def foreign(offset: int) -> bool:
+            return any(lo <= offset <= hi for lo, hi in gaps)
+
+        # One read over all the new gaps (each fetch costs Tansu's fetch wait).
+        try:
+            async for batch in read_until(self._reader, self.journal, st.partition, gaps[0][0],
+                                          gaps[-1][1], timeout_s=10.0):
+                for msg in batch:
+                    if not foreign(msg.offset):
+                        continue
+                    try:
+                        rec = journal_record(msg)
+                    except BadJournalRecord:
+                        continue
+                    if self._seal_check is not None and (rec.seal is None or not self._seal_check(
+                            rec.partition, rec.kind, rec.owner, rec.inbox_offset, rec.value,
+                            rec.seal)):
+                        continue   # forged: it fences nothing (as in every fold)
+                    if rec.kind == KIND_CLAIM and rec.owner != st.token:
+                        if self.owned.get(st.partition) is st:
+                            self._drop_fenced(st.partition, by=f"claim at {msg.offset}")
+                        return
+        except (KafkaError, AllotError) as exc:
+            self.log.warning("journal.gap_check_failed", partition=st.partition,
+                             detail=str(exc))
+
+    def _consumer_of(self, p: int) -> AIOKafkaConsumer:
+        """The consumer that fetches inbox partition ``p``: the standby for fast-path partitions."""
+        if p in self._fast and self._standby is not None:
+            return self._standby
+        assert self._consumer is not None
+        return self._consumer
+
+    def _standby_assign(self) -> None:
+        """Point the standby consumer at the fast-path partitions held, each at its next offset."""
+        if self._standby is None:
+            return
+        tps = [TopicPartition(self.inbox, p) for p in sorted(self._fast) if p in self.owned]
+        if not tps:
+            # Pause, never unsubscribe: a consumer without a subscription waits in getmany()
+            # for the next assignment whatever its timeout, and the loop may be calling it.
+            self._standby.pause(*self._standby.assignment())
+            return
+        self._standby.assign(tps)   # positions are reset: set every one again
+        for tp in tps:
+            self._standby.seek(tp, self.owned[tp.partition].next_offset)
 
     async def _start_prefetch(self) -> None:
         s = self.settings
@@ -317,6 +536,9 @@ class Worker:
             await self.start()
             self._tasks = [asyncio.create_task(self._tick_loop(), name="allot-ticker"),
                            asyncio.create_task(self._gauge_loop(), name="allot-gauges")]
+            if self.settings.liveness:
+                self._tasks += [asyncio.create_task(self._beat_loop(), name="allot-beats"),
+                                asyncio.create_task(self._hear_loop(), name="allot-hear")]
             await self._loop()
         finally:
             await self.close()
@@ -339,6 +561,10 @@ class Worker:
         if self._reader is not None:
             with contextlib.suppress(Exception):
                 await self._reader.stop()
+        for c in (self._standby, self._beat_reader):
+            if c is not None:
+                with contextlib.suppress(Exception):
+                    await c.stop()
         if self._producer is not None:
             with contextlib.suppress(Exception):
                 await self._producer.stop()
@@ -400,7 +626,19 @@ class Worker:
             self._to_take -= partitions
             with contextlib.suppress(Exception):
                 await self._commit(force=True, only=partitions)
+            if self._standby is not None:
+                # Keep scheduling what the group took back, outside the group, until its
+                # next holder claims it (that claim fences this worker, and its beats or the
+                # gaps in its own appends tell it so) or the group gives it back (no claim,
+                # no fold). A rebalance then stalls no partition that does not move.
+                kept = {p for p in partitions if p in self.owned and not self.owned[p].broken}
+                self._fast |= kept
+                self._standby_assign()
+                if kept:
+                    self.log.info("partition.kept_outside_group", partitions=sorted(kept))
+                partitions = partitions - kept
             for p in partitions:
+                self._claimed.pop(p, None)
                 st = self.owned.pop(p, None)
                 if st is None:
                     continue
@@ -416,6 +654,14 @@ class Worker:
         if self._prefetch is not None:
             self._prefetch.restrict(self._assigned_now)
         for p in partitions:
+            if p in self._fast:
+                # Taken on the fast path, now the group's too: move it to the group consumer,
+                # same claim, same state (no second claim, no fold).
+                self._fast.discard(p)
+                self._standby_assign()
+                if p in self.owned:
+                    self._consumer.seek(TopicPartition(self.inbox, p), self.owned[p].next_offset)
+                    self.log.info("partition.joined_group", partition=p)
             if p not in self.owned:
                 self._to_take.add(p)
                 # Fetch nothing until the partition is rebuilt and the position set.
@@ -429,9 +675,9 @@ class Worker:
         """Take one pending partition (which one, or None); the loop handles records before the next."""
         p: int | None = None
         async with self._lock:
-            pending = sorted((p for p in self._to_take if p in self._assigned_now),
-                             key=self._take_order)
-            self._to_take &= self._assigned_now
+            mine = self._assigned_now | self._fast
+            pending = sorted((p for p in self._to_take if p in mine), key=self._take_order)
+            self._to_take &= mine
             if pending:
                 p = pending[0]
                 self._to_take.discard(p)
@@ -461,6 +707,8 @@ class Worker:
             self.journal, encode_claim(claim), key=b"claim", partition=p,
             headers=self._sealed(p, encode_claim(claim), journal_headers(KIND_CLAIM, token)))
         claim_offset = int(md.offset)
+        self._claimed[p] = claim_offset
+        self.liveness.claimed(p, claim_offset)
 
         def rejected(m: snapshots.Manifest, why: str) -> None:
             log.warning("snapshot.rejected", journal_offset=m.journal_offset, token=m.token,
@@ -532,9 +780,12 @@ class Worker:
             log.warning("inbox.retention_gap", resume=resume, first=first)
             resume = first
         st.next_offset = resume
-        self._consumer.seek(tp, resume)
-        self._consumer.resume(tp)
         self.owned[p] = st
+        if p in self._fast:
+            self._standby_assign()
+        else:
+            self._consumer.seek(tp, resume)
+            self._consumer.resume(tp)
         self.metrics.owned.set(len(self.owned))
         self.metrics.claims.inc()
         dt = time.perf_counter() - t0
@@ -545,6 +796,7 @@ class Worker:
                  snapshot_phases=None if restored is None else restored.phases,
                  folded=fold.stats.records, fenced=fold.stats.fenced,
                  duplicates=fold.stats.duplicates, seconds=round(dt, 3),
+                 path="liveness" if p in self._fast else "group",
                  snapshot_s=round(t_snap - t0, 3), fold_s=round(t_fold - t_snap, 3),
                  clusters=sorted(st.engines))
         # A long fold is worth a snapshot at once: the next restart folds from here.
@@ -553,6 +805,8 @@ class Worker:
         for c in self.owned_clusters():
             if partition_for(c, self.partitions) == p:
                 await self._send_tick(c, p)  # time starts now, not a tick interval later
+        # The group may have assigned p while it was being taken: it is taken, under this claim.
+        self._to_take.discard(p)
         if not self._to_take:
             self.ready.set()
 
@@ -596,8 +850,10 @@ class Worker:
         if not force and now - self._last_commit < COMMIT_EVERY_S:
             return
         self._last_commit = now
+        # Only the group's partitions: a fast-path one is not this member's to commit.
         offsets = {TopicPartition(self.inbox, p): st.next_offset for p, st in self.owned.items()
-                   if (only is None or p in only) and st.next_offset > 0}
+                   if (only is None or p in only) and st.next_offset > 0
+                   and p not in self._fast}
         if offsets:
             try:
                 await self._consumer.commit(offsets)
@@ -616,17 +872,27 @@ class Worker:
                 # before the next take; otherwise only collect what is already fetched.
                 if self._to_take and (taken is None or self._take_order(taken)[0]):
                     wait_ms = 0
+            await self._liveness_turn()
             broken = [p for p, st in self.owned.items() if st.broken]
             for p in broken:
                 async with self._lock:
                     st = self.owned.pop(p, None)
-                    if st is not None and p in self._assigned_now:
+                    if st is not None and (p in self._assigned_now or p in self._fast):
                         self.log.warning("partition.rebuild", partition=p)
                         await self._take(p)
+                    elif st is not None:
+                        self._claimed.pop(p, None)
             self.metrics.beat()
             try:
-                batch = await self._consumer.getmany(timeout_ms=wait_ms,
+                extra: dict[TopicPartition, list[Any]] = {}
+                standby = self._standby if any(p in self.owned for p in self._fast) else None
+                if standby is not None:
+                    extra = await standby.getmany(timeout_ms=0, max_records=self.settings.max_batch)
+                batch = await self._consumer.getmany(timeout_ms=0 if extra else wait_ms,
                                                      max_records=self.settings.max_batch)
+                if standby is not None and not extra:
+                    extra = await standby.getmany(timeout_ms=0, max_records=self.settings.max_batch)
+                batch.update(extra)
             except KafkaError as exc:
                 self.log.warning("inbox.fetch_failed", detail=str(exc))
                 await asyncio.sleep(0.5)
@@ -665,7 +931,7 @@ class Worker:
                                          expected=st.next_offset, got=m.offset)
                         # (KafkaError: a rebalance took the partition meanwhile.)
                         with contextlib.suppress(KafkaError):
-                            self._consumer.seek(tp, st.next_offset)
+                            self._consumer_of(tp.partition).seek(tp, st.next_offset)
                         break
                 st.seeks = 0
                 rec = InboxRecord(topic=m.topic, partition=m.partition, offset=m.offset,
@@ -791,6 +1057,8 @@ class Worker:
             self.metrics.journal_records.inc(len(offsets))
             if p in journaled_inbox:
                 st.last_inbox_offset = max(st.last_inbox_offset, journaled_inbox[p])
+            if len(st.own.foreign) > st.foreign_checked:
+                await self._check_foreign(st)
         if dead_futs:
             try:
                 await asyncio.gather(*dead_futs)
@@ -873,9 +1141,34 @@ class Worker:
                 self.metrics.set_leaves(cluster, pending, running)
             if self._consumer is not None:
                 for p, st in self.owned.items():
-                    hw = self._consumer.highwater(TopicPartition(self.inbox, p))
+                    hw = None
+                    with contextlib.suppress(AssertionError):
+                        hw = self._consumer_of(p).highwater(TopicPartition(self.inbox, p))
                     if hw is not None:
                         self.metrics.inbox_lag.labels(str(p)).set(max(0, hw - st.next_offset))
+
+
+async def ensure_liveness_topic(bootstrap: str, name: str, replication_factor: int = 1,
+                                security: dict[str, Any] | None = None) -> None:
+    """Create the liveness topic (one partition, short retention) if it is missing."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000,
+                                **(kafka_client_options() if security is None else security))
+    try:
+        await admin.start()
+        if name in set(await admin.list_topics()):
+            return
+        configs = {"retention.ms": str(LIVENESS_RETENTION_MS), "cleanup.policy": "delete"}
+        for attempt in (configs, {}):
+            resp = await admin.create_topics([NewTopic(name, 1, replication_factor,
+                                                       topic_configs=attempt)])
+            code = resp.topic_errors[0][1]
+            if code in (0, topics.ERR_TOPIC_EXISTS):
+                return
+        raise topics.TopicError(f"cannot create {name}: error {code}")
+    finally:
+        await admin.close()
 
 
 def journal_event(msg: Any) -> Event | None:

@@ -1,7 +1,9 @@
 """Two workers, four clusters: one owner per cluster, takeover after kill -9, a frozen owner fenced.
 
 The four clusters are chosen so each has an inbox partition of its own (4
-partitions), so the group splits them between the workers. Inputs stream in
+partitions), so the group splits them between the workers. These tests run
+the consumer group alone (``liveness`` off), the slow path;
+tests/test_live_failover_fast.py runs the same faults with the fast takeover. Inputs stream in
 the whole time; afterwards every partition must pass ``check_journal`` and
 the owner's state must equal a clean fold of the journal.
 """
@@ -111,7 +113,7 @@ def worker_of(live: Live, names: dict[str, str]) -> dict[int, str]:
     return {p: c.worker for p, c in owner_tokens(live).items() if c.worker in names.values()}
 
 
-def _settle(live: Live, alive: set[str], quiet_s: float = 8.0, timeout: float = 120.0) -> dict[int, str]:
+def settle(live: Live, alive: set[str], quiet_s: float = 8.0, timeout: float = 120.0) -> dict[int, str]:
     """Wait until every partition's latest claim is by a live worker and no claim came for a while.
 
     Tansu sometimes forgets a member right after a join ("member_id was not
@@ -131,7 +133,7 @@ def _settle(live: Live, alive: set[str], quiet_s: float = 8.0, timeout: float = 
     raise AssertionError(f"the group did not settle: {last}")
 
 
-def _verify(live: Live, ports: dict[str, int], owners: dict[int, str]) -> dict[str, int]:
+def verify(live: Live, ports: dict[str, int], owners: dict[int, str]) -> dict[str, int]:
     """Each partition through its owner: caught up with the inbox, journal checks, state equality."""
     totals = {"fenced": 0, "inputs": 0}
     for cluster in CLUSTERS:
@@ -166,15 +168,17 @@ def live(kafka: str) -> Iterator[Live]:
         lv.close()
 
 
-def _pair(live: Live, kafka: str, tmp_path: Path,
-          env: dict[str, dict[str, str]] | None = None) -> tuple[dict[str, WorkerProcess], dict[str, int]]:
+def pair(live: Live, kafka: str, tmp_path: Path,
+          env: dict[str, dict[str, str]] | None = None,
+          liveness: bool = True) -> tuple[dict[str, WorkerProcess], dict[str, int]]:
     procs: dict[str, WorkerProcess] = {}
     ports: dict[str, int] = {}
     for name in ("wa", "wb"):
         ports[name] = free_port()
         s = worker_settings(kafka, live.prefix, CLUSTERS, worker_name=name,
                             metrics_port=ports[name], log_level="debug", time_scale=5.0,
-                            snapshot_every_records=300, partitions=PARTITIONS)
+                            snapshot_every_records=300, partitions=PARTITIONS,
+                            liveness=liveness)
         procs[name] = WorkerProcess(s, tmp_path / f"{name}.log", (env or {}).get(name)).start()
     names = {n: n for n in procs}
     wait_until(lambda: sorted(set(worker_of(live, names).values())) == ["wa", "wb"]
@@ -187,7 +191,7 @@ def _pair(live: Live, kafka: str, tmp_path: Path,
 
 def test_each_cluster_has_one_owner_and_a_killed_workers_clusters_move(live: Live, kafka: str,
                                                                         tmp_path: Path) -> None:
-    procs, ports = _pair(live, kafka, tmp_path)
+    procs, ports = pair(live, kafka, tmp_path, liveness=False)
     try:
         owners = worker_of(live, {n: n for n in procs})
         # One owner per cluster: the group split the four partitions between the two.
@@ -205,8 +209,8 @@ def test_each_cluster_has_one_owner_and_a_killed_workers_clusters_move(live: Liv
         takeover = time.monotonic() - t_kill
         time.sleep(2)
         feed.finish()
-        owners_now = _settle(live, {survivor})
-        totals = _verify(live, ports, owners_now)
+        owners_now = settle(live, {survivor})
+        totals = verify(live, ports, owners_now)
         assert totals["inputs"] >= feed.sent
         print(f"takeover after kill -9: {takeover:.1f} s")
     finally:
@@ -218,24 +222,27 @@ def test_a_frozen_owner_is_fenced_and_the_journals_stay_exact(live: Live, kafka:
                                                                tmp_path: Path) -> None:
     # "wa" freezes itself (SIGSTOP) in the middle of a batch, after its 400th journal record,
     # so it holds a half-written batch while "wb" takes its partitions over.
-    procs, ports = _pair(live, kafka, tmp_path, env={"wa": {"ALLOT_FAULT_STOP_AFTER_SENDS": "400"}})
+    procs, ports = pair(live, kafka, tmp_path, env={"wa": {"ALLOT_FAULT_STOP_AFTER_SENDS": "400"}},
+                         liveness=False)
     try:
         feed = Feed(live, rate_per_cluster=40.0)
         feed.setup()
         feed.start()
-        wait_until(lambda: procs["wa"].proc is not None and _stopped(procs["wa"].pid), 60,
+        wait_until(lambda: procs["wa"].proc is not None and stopped(procs["wa"].pid), 60,
                    what="wa to freeze itself mid-batch")
         wait_until(lambda: set(worker_of(live, {n: n for n in procs}).values()) == {"wb"},
                    60, what="wb to take over wa's partitions")
         procs["wa"].signal(signal.SIGCONT)
         # It wakes with the rest of a batch in hand, writes it under its old claim, then
-        # learns it lost the group and rejoins.
-        wait_until(lambda: "partition.revoked" in procs["wa"].log_text(), 60,
+        # learns it lost the group and rejoins, or first finds the newer claim among the
+        # offsets of its own appends (``partition.fenced``) and stops writing there.
+        wait_until(lambda: any(e in procs["wa"].log_text()
+                               for e in ("partition.revoked", "partition.fenced")), 60,
                    what="wa to notice")
         time.sleep(3)
         feed.finish()
-        owners_now = _settle(live, {"wa", "wb"})
-        fenced = _verify(live, ports, owners_now)["fenced"]
+        owners_now = settle(live, {"wa", "wb"})
+        fenced = verify(live, ports, owners_now)["fenced"]
         assert fenced > 0, "wa wrote nothing after the takeover"
     finally:
         for p in procs.values():
@@ -243,7 +250,7 @@ def test_a_frozen_owner_is_fenced_and_the_journals_stay_exact(live: Live, kafka:
             p.kill()
 
 
-def _stopped(pid: int) -> bool:
+def stopped(pid: int) -> bool:
     """True when process ``pid`` is stopped (state T in /proc)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
