@@ -247,8 +247,11 @@ def allowed(setup: Setup, supers: set[str], principal: str, operation: str, reso
 
 
 def allot_topics() -> dict[str, str]:
-    """Contract name -> topic name, from the code (the compose file uses no topic prefix)."""
-    return topics.names("")
+    """Contract name -> topic name, from the code (the compose file uses no topic prefix):
+    the contract topics, and the workers' heartbeats (the fast takeover)."""
+    from streams.worker import LIVENESS
+
+    return {**topics.names(""), LIVENESS: topics.topic(LIVENESS, "")}
 
 
 # ---------------------------------------------------------------- the checks
@@ -511,7 +514,9 @@ def test_convert_key_follows_the_images_documented_rules() -> None:
 
 def test_every_allot_topic_is_in_the_compose_file(compose: dict[str, Any]) -> None:
     # The ACL checks are only as good as the topic list: it is the code's, and complete.
-    assert set(allot_topics()) == {INBOX, JOURNAL, DEADLETTER, SNAPSHOTS}
+    from streams.worker import LIVENESS
+
+    assert set(allot_topics()) == {INBOX, JOURNAL, DEADLETTER, SNAPSHOTS, LIVENESS}
     script = "\n".join(compose["services"]["kafka-init"]["command"])
     for name in allot_topics().values():
         assert f"create {name} " in script

@@ -19,6 +19,7 @@ import yaml
 
 from streams import config
 from streams.records import DEADLETTER, INBOX, JOURNAL, SNAPSHOTS
+from streams.worker import LIVENESS
 
 COMPOSE = Path(__file__).resolve().parent.parent / "docker-compose.yml"
 
@@ -63,13 +64,18 @@ def test_the_worker_service_runs_allot_worker_with_real_settings(compose: dict[s
 def test_topics_are_created_as_the_worker_needs(compose: dict[str, Any]) -> None:
     script = _init_script(compose)
     lines = {m.group(1): m.group(2) for m in re.finditer(r"create (\S+) \"([^\"]*)\"", script)}
-    assert set(lines) == {INBOX, JOURNAL, DEADLETTER, SNAPSHOTS}
+    assert set(lines) == {INBOX, JOURNAL, DEADLETTER, SNAPSHOTS, LIVENESS}
     assert "retention.ms=-1" in lines[JOURNAL] and "cleanup.policy=delete" in lines[JOURNAL]
     assert "cleanup.policy=compact" in lines[SNAPSHOTS]
-    partitions = set(re.findall(r"--partitions (\d+)", script))
-    assert len(partitions) == 1  # one create() for all: partition p of each belongs together
+    # One create() for all, its partitions a default every topic but the heartbeats takes:
+    # partition p of inbox, journal and snapshots belongs together.
+    defaults = set(re.findall(r"--partitions \"\$\$\{3:-(\d+)\}\"", script))
     workers_partitions = compose["services"]["worker"]["environment"]["ALLOT_PARTITIONS"]
-    assert partitions == {str(workers_partitions)}
+    assert defaults == {str(workers_partitions)}
+    counts = {m.group(1): m.group(2) for m in
+              re.finditer(r"create (\S+) \"[^\"]*\"(?: (\d+))?\n", script)}
+    assert counts[LIVENESS] == "1"  # the worker reads one partition of heartbeats
+    assert all(counts[t] is None for t in (INBOX, JOURNAL, DEADLETTER, SNAPSHOTS))
 
 
 def test_kafka_takes_snapshot_chunks(compose: dict[str, Any]) -> None:
