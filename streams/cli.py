@@ -39,6 +39,10 @@ WORKER_FLAGS: dict[str, tuple[str, type | None]] = {
     "log_level": ("debug, info, warning or error", str),
     "snapshot_every_records": ("snapshot after this many journal records", int),
     "session_timeout_ms": ("consumer group session timeout", int),
+    "liveness_interval_s": ("seconds between two heartbeats on allot.liveness (fast takeover)",
+                            float),
+    "liveness_lapse_s": ("a holder silent this long is taken over at once (>= 2 intervals)",
+                         float),
 }
 
 
