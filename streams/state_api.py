@@ -527,6 +527,17 @@ def http_routes(api: StateApi, on_loop: Any) -> Any:
             return 200, "application/json", json.dumps(body).encode()
         if fn is None and path.startswith("/api/explain/"):
             wid = path[len("/api/explain/"):]
+            if q.get("forecast") in ("0", "false", "no"):
+                # ?forecast=0: the explanation alone (what `allot wait` polls), no
+                # snapshot, no forward simulation.
+                try:
+                    body, _ = on_loop(lambda: api.explain_forecast_input(wid, cl,
+                                                                        snapshot=False))
+                except StateError as exc:
+                    return exc.status, "application/json", json.dumps(
+                        {"error": str(exc)}).encode()
+                body["forecast"] = None
+                return 200, "application/json", json.dumps(body).encode()
             # The explanation on the loop; its forecast (a forward simulation) here, in the
             # HTTP thread, from a snapshot taken with it, so the worker keeps folding.
             try:

@@ -420,7 +420,8 @@ def workload_status(workload: str, cluster: str, bootstrap: str) -> str | None:
     if url is None:
         return None
     try:
-        data = get(url, f"/api/explain/{urllib.parse.quote(workload, safe='')}", cluster=cluster)
+        data = get(url, f"/api/explain/{urllib.parse.quote(workload, safe='')}", cluster=cluster,
+                   forecast=0)
     except StateApiError:
         return None
     return str(data.get("status") or "known")
@@ -509,7 +510,7 @@ def _wait(args: Any) -> int:
     data: dict[str, Any] | None = None
     while True:
         try:
-            data = get(url, route, cluster=args.cluster)
+            data = get(url, route, cluster=args.cluster, forecast=0)
         except StateApiError:
             data = None  # not journaled yet (or the worker restarts): ask again
         if data is not None and reached(args.state, data):

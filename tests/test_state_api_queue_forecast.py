@@ -30,3 +30,22 @@ def test_limit_holds_across_allocations_and_forecasts_attach() -> None:
     assert all(r["forecast"]["status"] in ("pending", "beyond_horizon", "unfinished")
                for r in with_f)
     assert body["forecast"]["made_at"] == eng.state.now
+
+
+def test_an_explanation_without_its_forecast_simulates_nothing() -> None:
+    """``/api/explain/ID?forecast=0`` (what ``allot wait`` polls): the same explanation, no
+    forward simulation; without the flag the forecast is there."""
+    import json
+
+    from streams.state_api import http_routes
+
+    eng = busy_state(pending=40)
+    route = http_routes(StateApi(_Source(eng)), lambda fn: fn())
+    wid = StateApi(_Source(eng)).queue()["rows"][0]["workload"]
+    status, _, plain = route(f"/api/explain/{wid}", {"forecast": "0"})
+    status_f, _, full = route(f"/api/explain/{wid}", {})
+    assert status == status_f == 200
+    plain_body, full_body = json.loads(plain), json.loads(full)
+    assert plain_body["forecast"] is None and full_body["forecast"] is not None
+    assert {k: v for k, v in plain_body.items() if k != "forecast"} == \
+        {k: v for k, v in full_body.items() if k != "forecast"}
