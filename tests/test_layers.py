@@ -158,3 +158,21 @@ def _private_imports() -> list[str]:
 
 def test_no_test_imports_a_private_name() -> None:
     assert _private_imports() == []
+
+
+def _long_core_functions(limit: int = 80) -> list[str]:
+    """Functions of the core (events, projections, scheduler) longer than ``limit`` lines."""
+    root = Path(__file__).resolve().parent.parent
+    out = []
+    for pkg in ("events", "projections", "scheduler"):
+        for path in sorted((root / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if lines > limit:
+                        out.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({lines})")
+    return out
+
+
+def test_no_function_of_the_core_is_longer_than_80_lines() -> None:
+    assert _long_core_functions() == []

@@ -36,128 +36,153 @@ if TYPE_CHECKING:
 
 def decide(state: State, cause: str = "cycle") -> list[Event]:
     """One cycle of the priority scheduler at ``state.now``."""
-    now = state.now
-    emit = Emitter(state.cluster, now, cause)
-    capacity = Capacity(state)
-    gone: set[str] = set()
-    victims: VictimIndex | None = None
-    running = state.workloads.running
-    team_depth = state.policy.team_depth
-    tree = state.budget
-    team_of = tree.structure().teams(team_depth)
+    cycle = _Cycle(state, cause)
+    # 1. Faulty hosts: preemptible work leaves at once; opt-out work stays until it ends.
+    cycle.drain_faulty_hosts()
+    # 2. Non-preemptible GPUs held per team, against the team's limit.
+    cycle.count_held()
+    # 3. Everything pending, in one global priority order, of which only the head is read:
+    #    fit, else preempt preemptible work the job's rights allow.
+    cycle.admit()
+    return cycle.emit.events
 
-    # Preemption takes time (policy.preemption_grace_s, see cycle.Cycle.grace): a
-    # preemptor whose victims keep their GPUs through a grace starts later.
-    grace = state.policy.preemption_grace_s > 0
-    held_back: list[str] = []
 
-    def stop(w: Workload, reason: str, by: str | None) -> None:
-        if victims is not None and w.id not in gone:
-            victims.discard(w)
-        gone.add(w.id)
-        if grace and state.grace_of(w.id):
-            held_back.append(w.id)  # its GPUs stay taken through its grace (State.stopping)
+class _Cycle:
+    """The working set of one cycle of the priority scheduler (nothing outlives ``decide``)."""
+
+    __slots__ = ("capacity", "emit", "gone", "grace", "held", "held_back", "now", "running",
+                 "state", "team_of", "tree", "victims")
+
+    def __init__(self, state: State, cause: str) -> None:
+        self.state = state
+        self.now = state.now
+        self.emit = Emitter(state.cluster, self.now, cause)
+        self.capacity = Capacity(state)
+        self.gone: set[str] = set()
+        self.victims: VictimIndex | None = None
+        self.running = state.workloads.running
+        self.tree = state.budget
+        self.team_of = self.tree.structure().teams(state.policy.team_depth)
+        # Preemption takes time (policy.preemption_grace_s, see cycle.Cycle.grace): a
+        # preemptor whose victims keep their GPUs through a grace starts later.
+        self.grace = state.policy.preemption_grace_s > 0
+        self.held_back: list[str] = []
+        self.held: dict[str, int] = {}
+
+    def stop(self, w: Workload, reason: str, by: str | None) -> None:
+        if self.victims is not None and w.id not in self.gone:
+            self.victims.discard(w)
+        self.gone.add(w.id)
+        if self.grace and self.state.grace_of(w.id):
+            self.held_back.append(w.id)  # its GPUs stay taken through its grace (State.stopping)
         else:
             for h, g in w.placement:
-                capacity.give(h, g)
-        emit.preempted(w.id, reason, by, requeued=w.resumable)
+                self.capacity.give(h, g)
+        self.emit.preempted(w.id, reason, by, requeued=w.resumable)
 
-    # 1. Faulty hosts: preemptible work leaves at once; opt-out work stays until it ends.
-    # (``faulty`` holds exactly the degraded and failed hosts; sorted, they are
-    # in the cluster's scan order, ``order``.)
-    hosts = state.cluster_state.hosts
-    for name in sorted(state.cluster_state.faulty):
-        h = hosts[name]
-        host_failed = h.health == FAILED
-        left = 0
-        for wid in sorted(h.workloads):
-            if wid in gone:
-                continue
-            w = running[wid]
-            if host_failed or not w.allocated:
-                stop(w, "host_failure" if host_failed else "host_drain", by=name)
-                if grace and state.grace_of(wid):
-                    left += 1  # still stopping: drained once its GPUs are released
-            else:
-                left += 1
-        if left == 0 and not h.held:
-            emit.drained(name)
+    def drain_faulty_hosts(self) -> None:
+        """Preemptible work leaves a faulty host at once, all work a failed one; an empty
+        faulty host is drained. (``faulty`` holds exactly the degraded and failed hosts;
+        sorted, they are in the cluster's scan order, ``order``.)"""
+        state = self.state
+        hosts = state.cluster_state.hosts
+        for name in sorted(state.cluster_state.faulty):
+            h = hosts[name]
+            host_failed = h.health == FAILED
+            left = 0
+            for wid in sorted(h.workloads):
+                if wid in self.gone:
+                    continue
+                w = self.running[wid]
+                if host_failed or not w.allocated:
+                    self.stop(w, "host_failure" if host_failed else "host_drain", by=name)
+                    if self.grace and state.grace_of(wid):
+                        left += 1  # still stopping: drained once its GPUs are released
+                else:
+                    left += 1
+            if left == 0 and not h.held:
+                self.emit.drained(name)
 
-    # 2. Non-preemptible GPUs held per team, against the team's limit. A sum over
-    # the running set, kept while it and the teams are unchanged (most cycles
-    # follow an input that starts or stops nothing); this cycle's copy is its own.
-    capacity_gpus = state.cluster_state.capacity
-    key = (state.workloads.running_version, tree.version, team_depth)
-    cached = state.memo.get("baseline_held")
-    if cached is not None and cached[0] == key:  # type: ignore[index]
-        running_held: dict[str, int] = cached[1]  # type: ignore[index]
-    else:
-        running_held = {}
-        for w in running.values():
+    def count_held(self) -> None:
+        """Non-preemptible GPUs per team: a sum over the running set, kept while it and the
+        teams are unchanged (most cycles follow an input that starts or stops nothing);
+        this cycle's copy is its own, less what step 1 stopped."""
+        state = self.state
+        key = (state.workloads.running_version, self.tree.version, state.policy.team_depth)
+        cached = state.memo.get("baseline_held")
+        if cached is not None and cached[0] == key:  # type: ignore[index]
+            running_held: dict[str, int] = cached[1]  # type: ignore[index]
+        else:
+            running_held = {}
+            for w in self.running.values():
+                if w.allocated:
+                    team = self.team_of[w.budget]
+                    running_held[team] = running_held.get(team, 0) + w.gpus
+            state.memo["baseline_held"] = (key, running_held)
+        held = self.held = dict(running_held)
+        for wid in self.gone:  # stopped in step 1; on a failed host that includes opted-out work
+            w = self.running[wid]
             if w.allocated:
-                team = team_of[w.budget]
-                running_held[team] = running_held.get(team, 0) + w.gpus
-        state.memo["baseline_held"] = (key, running_held)
-    held = dict(running_held)
-    for wid in gone:  # stopped above; on a failed host that includes opted-out work
-        w = running[wid]
-        if w.allocated:
-            team = team_of[w.budget]
-            held[team] -= w.gpus
+                held[self.team_of[w.budget]] -= w.gpus
 
-    def limit(team: str) -> int:
-        return int(tree.entitlement(team) * capacity_gpus) if team in tree else 0
+    def limit(self, team: str) -> int:
+        """The team's non-preemptible limit: its budget share of the GPUs present."""
+        tree = self.tree
+        return int(tree.entitlement(team) * self.state.cluster_state.capacity) \
+            if team in tree else 0
 
-    # 3. Everything pending, in one global priority order (the projection keeps
-    # it: ``WorkloadsProjection.queue``), of which only the head is read.
-    head = state.policy.queue_depth * 8
-    queue: list[Workload] = [w for _, w in state.workloads.queue[:head]]
-    searches = state.policy.preemption_searches
-    # The old scheduler knew no minimum runtimes or checkpoints: a victim costs the
-    # work it loses (all of its run unless it resumes), then its GPUs.
-    costs = flat_costs(now)
-    # Failed searches: (hosts, GPUs per host, opted out, priority). A later job
-    # asking for at least as much with no more rights cannot succeed either.
-    failed: list[tuple[int, int, bool, int]] = []
-    limits: dict[str, int] = {}
-    for w in queue:
-        team = team_of[w.budget]
-        if team not in limits:
-            limits[team] = limit(team)
-        # Work that asks for no minimum runtime (eval, batch) runs preemptible,
-        # as it does under allot (unallocated): only contracted work opts out.
-        opt_out = w.allocated and held.get(team, 0) + w.gpus <= limits[team]
-        n, k = w.hosts, w.gpus_per_host
-        placed = capacity.choose(n, k, now) if capacity.total_free >= n * k else None
-        if placed is None and searches > 0 and not (grace and w.id in state.stopping_for) \
-                and not _dominated(failed, n, k, opt_out, w.priority):
-            searches -= 1
-            if victims is None:
-                victims = VictimIndex.for_cycle(state, gone)
-            # Only preemptible (not opted-out) jobs can be victims: if all of them
-            # and every free GPU would not do, do not search.
-            if capacity.total_free + victims.unallocated_gpus < w.gpus:
-                failed.append((n, k, opt_out, w.priority))
+    def admit(self) -> None:
+        """The head of the global queue (``WorkloadsProjection.queue``), in order."""
+        state, now, capacity, held = self.state, self.now, self.capacity, self.held
+        head = state.policy.queue_depth * 8
+        queue: list[Workload] = [w for _, w in state.workloads.queue[:head]]
+        searches = state.policy.preemption_searches
+        # The old scheduler knew no minimum runtimes or checkpoints: a victim costs the
+        # work it loses (all of its run unless it resumes), then its GPUs.
+        costs = flat_costs(now)
+        # Failed searches: (hosts, GPUs per host, opted out, priority). A later job
+        # asking for at least as much with no more rights cannot succeed either.
+        failed: list[tuple[int, int, bool, int]] = []
+        limits: dict[str, int] = {}
+        for w in queue:
+            team = self.team_of[w.budget]
+            if team not in limits:
+                limits[team] = self.limit(team)
+            # Work that asks for no minimum runtime (eval, batch) runs preemptible,
+            # as it does under allot (unallocated): only contracted work opts out.
+            opt_out = w.allocated and held.get(team, 0) + w.gpus <= limits[team]
+            n, k = w.hosts, w.gpus_per_host
+            placed = capacity.choose(n, k, now) if capacity.total_free >= n * k else None
+            if placed is None and searches > 0 \
+                    and not (self.grace and w.id in state.stopping_for) \
+                    and not _dominated(failed, n, k, opt_out, w.priority):
+                searches -= 1
+                if self.victims is None:
+                    self.victims = VictimIndex.for_cycle(state, self.gone)
+                victims = self.victims
+                # Only preemptible (not opted-out) jobs can be victims: if all of them
+                # and every free GPU would not do, do not search.
+                if capacity.total_free + victims.unallocated_gpus < w.gpus:
+                    failed.append((n, k, opt_out, w.priority))
+                    continue
+                plan = victims.search(w.hosts, w.gpus_per_host, now, capacity,
+                                      baseline_rule(opt_out, w.priority), w.id, costs)
+                if plan is not None:
+                    self.held_back.clear()
+                    for v, reason in plan.victims:
+                        self.stop(v.w, reason, by=w.id)
+                    # With victims in their grace it starts at a later cycle, when released.
+                    placed = None if self.held_back else plan.hosts
+                else:
+                    failed.append((n, k, opt_out, w.priority))
+            if placed is None:
                 continue
-            plan = victims.search(w.hosts, w.gpus_per_host, now, capacity,
-                                  baseline_rule(opt_out, w.priority), w.id, costs)
-            if plan is not None:
-                held_back.clear()
-                for v, reason in plan.victims:
-                    stop(v.w, reason, by=w.id)
-                # With victims in their grace it starts at a later cycle, when released.
-                placed = None if held_back else plan.hosts
-            else:
-                failed.append((n, k, opt_out, w.priority))
-        if placed is None:
-            continue
-        for ph in placed:
-            capacity.take(ph, w.gpus_per_host)
-        emit.started(w.id, [(h, w.gpus_per_host) for h in placed], opt_out,
-                     None if opt_out else now)
-        if opt_out:
-            held[team] = held.get(team, 0) + w.gpus
-    return emit.events
+            for ph in placed:
+                capacity.take(ph, w.gpus_per_host)
+            self.emit.started(w.id, [(h, w.gpus_per_host) for h in placed], opt_out,
+                              None if opt_out else now)
+            if opt_out:
+                held[team] = held.get(team, 0) + w.gpus
 
 
 def _dominated(failed: list[tuple[int, int, bool, int]], n: int, k: int, opt_out: bool,

@@ -967,7 +967,6 @@ class VictimIndex:
         one choice each) then finds the cheapest total readying enough hosts.
         """
         gone = self.gone
-        on_host = self.on_host
         free = capacity.free
         why: dict[str, str | None] = {}
 
@@ -978,46 +977,9 @@ class VictimIndex:
             r = why[wid] = None if wid in gone else eligible.reason(v.w)
             return r
 
+        # 1. The eligible victims of each busy host: single-host ones, and gangs.
         busy = [h for h in candidates if free[h] < per_host]
-        busy_set = set(busy)
-        singles: dict[str, list[tuple[Victim, int, int, str]]] = {}
-        gangs: dict[str, Victim] = {}
-        for h in busy:
-            items: list[tuple[Victim, int, int, str]] = []
-            for v in on_host.get(h, ()):
-                r = reason(v)
-                if r is None:
-                    continue
-                if len(v.w.placement) == 1:
-                    items.append((v, _gpus_on(v, h), costs.of(v.w), r))
-                else:
-                    gangs.setdefault(v.w.id, v)
-            singles[h] = items
-        # Components: busy hosts linked by victim gangs (union-find, smallest name as root).
-        root = {h: h for h in busy}
-
-        def find(h: str) -> str:
-            while root[h] != h:
-                root[h] = root[root[h]]
-                h = root[h]
-            return h
-
-        gang_hosts: dict[str, list[str]] = {}
-        for wid, v in gangs.items():
-            hs = sorted(h for h, _ in v.w.placement if h in busy_set)
-            gang_hosts[wid] = hs
-            for h in hs[1:]:
-                a, b = find(hs[0]), find(h)
-                if a != b:
-                    root[max(a, b)] = min(a, b)
-        members: dict[str, list[str]] = {}
-        for h in busy:
-            members.setdefault(find(h), []).append(h)
-        comp_gangs: dict[str, list[Victim]] = {}
-        for wid in sorted(gangs):
-            hs = gang_hosts[wid]
-            if hs:
-                comp_gangs.setdefault(find(hs[0]), []).append(gangs[wid])
+        singles, gangs = _victims_on(busy, self.on_host, reason, costs)
         covers: dict[tuple[str, int], tuple[int, tuple[int, ...]] | None] = {}
 
         def cover(h: str, deficit: int) -> tuple[int, tuple[int, ...]] | None:
@@ -1026,111 +988,198 @@ class VictimIndex:
                 covers[key] = _cover(singles[h], deficit) if singles[h] else None
             return covers[key]
 
-        # Per component: for each number of hosts r it can ready, the cheapest choice
-        # (cost, gang victims taken, [(host, single-victim indices)] readied).
-        Choice = tuple[int, tuple[Victim, ...], tuple[tuple[str, tuple[int, ...]], ...]]
+        # 2. Components: busy hosts linked by victim gangs; per component, the
+        #    cheapest choice for each number of hosts it can ready.
         lone: list[tuple[int, int, str, tuple[int, ...]]] = []  # one-host components
-        multi: list[dict[int, Choice]] = []
-        for r_, hs in sorted(members.items()):
-            vs = comp_gangs.get(r_)
+        multi: list[dict[int, _Choice]] = []
+        for hs, vs in _components(busy, gangs):
             if not vs:
                 h = hs[0]
                 c = cover(h, per_host - free[h])
                 if c is not None:
                     lone.append((c[0], free[h], h, c[1]))
                 continue
-            options: dict[int, Choice] = {}
-            for subset in _subsets(vs, costs):
-                base = sum(costs.of(v.w) for v in subset)
-                extra: dict[str, int] = {}
-                for v in subset:
-                    for h, g in v.w.placement:
-                        extra[h] = extra.get(h, 0) + g
-                zero: list[tuple[str, tuple[int, ...]]] = []
-                paid: list[tuple[int, str, tuple[int, ...]]] = []
-                for h in hs:
-                    d = per_host - free[h] - extra.get(h, 0)
-                    if d <= 0:
-                        zero.append((h, ()))
-                    else:
-                        c = cover(h, d)
-                        if c is not None:
-                            paid.append((c[0], h, c[1]))
-                paid.sort()
-                total = base
-                readied = list(zero)
-                for n_ready in range(1, len(zero) + len(paid) + 1):
-                    if n_ready > len(zero):
-                        pc, ph, pidx = paid[n_ready - len(zero) - 1]
-                        total += pc
-                        readied.append((ph, pidx))
-                    best_r = options.get(n_ready)
-                    if best_r is None or total < best_r[0]:
-                        # Every host its gangs free is readied, even when n_ready is fewer.
-                        options[n_ready] = (total, tuple(subset), tuple(readied))
+            options = _component_options(hs, vs, per_host, free, cover, costs)
             if options:
                 multi.append(options)
-        # Knapsack over the gang components (states: hosts readied, capped at need) ...
-        State_ = tuple[int, tuple[tuple[int, int], ...]]  # (cost, ((component, n_ready), ...))
-        dp: dict[int, State_] = {0: (0, ())}
-        for ci, options in enumerate(multi):
-            nxt = dict(dp)
-            for j, (cj, chain) in dp.items():
-                if j >= need:
-                    continue
-                for n_ready, (oc, _, _) in options.items():
-                    k = min(need, j + n_ready)
-                    cand = cj + oc
-                    cur = nxt.get(k)
-                    if cur is None or cand < cur[0]:
-                        nxt[k] = (cand, (*chain, (ci, n_ready)))
-            dp = nxt
-        # ... then the cheapest one-host components fill the rest.
+        # 3. The cheapest mix: a knapsack over the gang components, then the
+        #    cheapest one-host components fill the rest.
         lone.sort()
-        prefix = [0]
-        for lc, _, _, _ in lone:
-            prefix.append(prefix[-1] + lc)
-        best: tuple[int, int] | None = None  # (cost, j)
-        for j, (cj, _) in dp.items():
-            rest = need - j
-            if rest > len(lone):
-                continue
-            total = cj + prefix[max(0, rest)]
-            if best is None or total < best[0]:
-                best = (total, j)
-        if best is None:
+        chosen = _cheapest_mix(multi, lone, need)
+        if chosen is None:
             return None
-        _, j = best
-        chosen_gangs: list[Victim] = []
-        plan_hosts: dict[str, tuple[int, ...]] = {}  # host -> single-victim indices there
-        for ci, n_ready in dp[j][1]:
-            _, csubset, creadied = multi[ci][n_ready]
-            chosen_gangs.extend(csubset)
-            for rh, ridx in creadied:
-                plan_hosts[rh] = ridx
-        for _, _, h, idx in lone[: max(0, need - j)]:
-            plan_hosts[h] = idx
-        # Place on the readied hosts (and the free ones), topology first.
-        freed: dict[str, int] = {}
-        for v in chosen_gangs:
+        # 4. The victims of the chosen hosts, placed topology first.
+        chosen_gangs, plan_hosts = chosen
+        return _gang_plan(hosts, chosen_gangs, plan_hosts, singles, ready_free, free,
+                          capacity, why, costs)
+
+
+# One component's choice for a number of hosts readied: (cost, gang victims taken,
+# ((host, indices of its single-host victims taken), ...) readied).
+_Choice = tuple[int, tuple[Victim, ...], tuple[tuple[str, tuple[int, ...]], ...]]
+_Single = tuple[Victim, int, int, str]  # (victim, GPUs on the host, cost, reason)
+
+
+def _victims_on(busy: list[str], on_host: dict[str, list[Victim]],
+                reason: Callable[[Victim], str | None], costs: CostModel
+                ) -> tuple[dict[str, list[_Single]], dict[str, Victim]]:
+    """Per busy host its eligible single-host victims; and the eligible gangs, by id."""
+    singles: dict[str, list[_Single]] = {}
+    gangs: dict[str, Victim] = {}
+    for h in busy:
+        items: list[_Single] = []
+        for v in on_host.get(h, ()):
+            r = reason(v)
+            if r is None:
+                continue
+            if len(v.w.placement) == 1:
+                items.append((v, _gpus_on(v, h), costs.of(v.w), r))
+            else:
+                gangs.setdefault(v.w.id, v)
+        singles[h] = items
+    return singles, gangs
+
+
+def _components(busy: list[str], gangs: dict[str, Victim]
+                ) -> list[tuple[list[str], list[Victim]]]:
+    """Busy hosts linked by victim gangs (union-find, smallest name as root), by root name:
+    each component's hosts and the gangs on them (gangs by id)."""
+    busy_set = set(busy)
+    root = {h: h for h in busy}
+
+    def find(h: str) -> str:
+        while root[h] != h:
+            root[h] = root[root[h]]
+            h = root[h]
+        return h
+
+    gang_hosts: dict[str, list[str]] = {}
+    for wid, v in gangs.items():
+        hs = sorted(h for h, _ in v.w.placement if h in busy_set)
+        gang_hosts[wid] = hs
+        for h in hs[1:]:
+            a, b = find(hs[0]), find(h)
+            if a != b:
+                root[max(a, b)] = min(a, b)
+    members: dict[str, list[str]] = {}
+    for h in busy:
+        members.setdefault(find(h), []).append(h)
+    comp_gangs: dict[str, list[Victim]] = {}
+    for wid in sorted(gangs):
+        hs = gang_hosts[wid]
+        if hs:
+            comp_gangs.setdefault(find(hs[0]), []).append(gangs[wid])
+    return [(hs, comp_gangs.get(r, [])) for r, hs in sorted(members.items())]
+
+
+def _component_options(hs: list[str], vs: list[Victim], per_host: int, free: dict[str, int],
+                       cover: Callable[[str, int], tuple[int, tuple[int, ...]] | None],
+                       costs: CostModel) -> dict[int, _Choice]:
+    """For each number of ``hs`` it can ready, the cheapest subset of the gangs ``vs``
+    with the single-host victims that complete the hosts they leave short."""
+    options: dict[int, _Choice] = {}
+    for subset in _subsets(vs, costs):
+        base = sum(costs.of(v.w) for v in subset)
+        extra: dict[str, int] = {}
+        for v in subset:
             for h, g in v.w.placement:
-                freed[h] = freed.get(h, 0) + g
-        for h, idx in plan_hosts.items():
-            freed[h] = freed.get(h, 0) + sum(singles[h][i][1] for i in idx)
-        after = {h: free[h] + freed.get(h, 0) for h in (*ready_free, *plan_hosts)}
-        usable = sorted(after, key=lambda h: (after[h], h))
-        picked = pack(usable, hosts, after, capacity.labels)
-        picked_set = set(picked)
-        victims: list[tuple[Victim, str]] = []
-        for v in chosen_gangs:
-            if any(h in picked_set for h, _ in v.w.placement):
-                victims.append((v, why[v.w.id] or ""))
-        for h in sorted(plan_hosts):
-            if h in picked_set:
-                victims.extend((singles[h][i][0], singles[h][i][3]) for i in plan_hosts[h])
-        if not victims:
-            return None  # it fits without preemption; the caller places it directly
-        return Plan(sorted(picked), victims, sum(costs.of(v.w) for v, _ in victims))
+                extra[h] = extra.get(h, 0) + g
+        zero: list[tuple[str, tuple[int, ...]]] = []
+        paid: list[tuple[int, str, tuple[int, ...]]] = []
+        for h in hs:
+            d = per_host - free[h] - extra.get(h, 0)
+            if d <= 0:
+                zero.append((h, ()))
+            else:
+                c = cover(h, d)
+                if c is not None:
+                    paid.append((c[0], h, c[1]))
+        paid.sort()
+        total = base
+        readied = list(zero)
+        for n_ready in range(1, len(zero) + len(paid) + 1):
+            if n_ready > len(zero):
+                pc, ph, pidx = paid[n_ready - len(zero) - 1]
+                total += pc
+                readied.append((ph, pidx))
+            best_r = options.get(n_ready)
+            if best_r is None or total < best_r[0]:
+                # Every host its gangs free is readied, even when n_ready is fewer.
+                options[n_ready] = (total, tuple(subset), tuple(readied))
+    return options
+
+
+def _cheapest_mix(multi: list[dict[int, _Choice]], lone: list[tuple[int, int, str, tuple[int, ...]]],
+                  need: int) -> tuple[list[Victim], dict[str, tuple[int, ...]]] | None:
+    """The cheapest way to ready ``need`` hosts: at most one choice per gang component
+    (a knapsack; states: hosts readied, capped at ``need``), then the cheapest of the
+    one-host components ``lone`` (sorted by cost). The gangs taken and, per readied host,
+    the indices of its single-host victims; None if no mix readies enough."""
+    # (cost, ((component, n_ready), ...)) by hosts readied
+    dp: dict[int, tuple[int, tuple[tuple[int, int], ...]]] = {0: (0, ())}
+    for ci, options in enumerate(multi):
+        nxt = dict(dp)
+        for j, (cj, chain) in dp.items():
+            if j >= need:
+                continue
+            for n_ready, (oc, _, _) in options.items():
+                k = min(need, j + n_ready)
+                cand = cj + oc
+                cur = nxt.get(k)
+                if cur is None or cand < cur[0]:
+                    nxt[k] = (cand, (*chain, (ci, n_ready)))
+        dp = nxt
+    prefix = [0]
+    for lc, _, _, _ in lone:
+        prefix.append(prefix[-1] + lc)
+    best: tuple[int, int] | None = None  # (cost, j)
+    for j, (cj, _) in dp.items():
+        rest = need - j
+        if rest > len(lone):
+            continue
+        total = cj + prefix[max(0, rest)]
+        if best is None or total < best[0]:
+            best = (total, j)
+    if best is None:
+        return None
+    _, j = best
+    chosen_gangs: list[Victim] = []
+    plan_hosts: dict[str, tuple[int, ...]] = {}  # host -> single-victim indices there
+    for ci, n_ready in dp[j][1]:
+        _, csubset, creadied = multi[ci][n_ready]
+        chosen_gangs.extend(csubset)
+        for rh, ridx in creadied:
+            plan_hosts[rh] = ridx
+    for _, _, h, idx in lone[: max(0, need - j)]:
+        plan_hosts[h] = idx
+    return chosen_gangs, plan_hosts
+
+
+def _gang_plan(hosts: int, chosen_gangs: list[Victim], plan_hosts: dict[str, tuple[int, ...]],
+               singles: dict[str, list[_Single]], ready_free: list[str], free: dict[str, int],
+               capacity: Capacity, why: dict[str, str | None], costs: CostModel) -> Plan | None:
+    """Place the gang on the readied hosts (and the free ones), topology first; the plan
+    takes the chosen victims on the hosts picked (None: it fits without preemption)."""
+    freed: dict[str, int] = {}
+    for v in chosen_gangs:
+        for h, g in v.w.placement:
+            freed[h] = freed.get(h, 0) + g
+    for h, idx in plan_hosts.items():
+        freed[h] = freed.get(h, 0) + sum(singles[h][i][1] for i in idx)
+    after = {h: free[h] + freed.get(h, 0) for h in (*ready_free, *plan_hosts)}
+    usable = sorted(after, key=lambda h: (after[h], h))
+    picked = pack(usable, hosts, after, capacity.labels)
+    picked_set = set(picked)
+    victims: list[tuple[Victim, str]] = []
+    for v in chosen_gangs:
+        if any(h in picked_set for h, _ in v.w.placement):
+            victims.append((v, why[v.w.id] or ""))
+    for h in sorted(plan_hosts):
+        if h in picked_set:
+            victims.extend((singles[h][i][0], singles[h][i][3]) for i in plan_hosts[h])
+    if not victims:
+        return None  # it fits without preemption; the caller places it directly
+    return Plan(sorted(picked), victims, sum(costs.of(v.w) for v, _ in victims))
 
 
 def _order(v: Victim) -> tuple[object, ...]:
