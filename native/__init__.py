@@ -62,6 +62,7 @@ MODULES: tuple[str, ...] = (
     "scheduler/admission.py",
     "scheduler/emit.py",
     "scheduler/engine.py",
+    "scheduler/memos.py",
     "scheduler/react.py",
     "scheduler/state.py",
     "scheduler/validation.py",

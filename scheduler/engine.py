@@ -44,9 +44,11 @@ class Engine:
     only: protections ending (so the memo lapses at the next ``protected_until``)
     and fair share, which is evaluated at a period boundary (so the memo lapses
     at the next period). Inside those bounds the cycle would decide nothing
-    again, and is skipped. ``memo=False`` turns this off; tests check that the
-    log is the same either way. The memo is not state: snapshots leave it out,
-    and a restored engine simply runs its first cycle.
+    again, and is skipped. ``memo=False`` turns this off, and empties the
+    accelerators' carried values (``State.memos``, scheduler/memos.py) before
+    every input: the plain twin, which the property tests compare with the
+    memoised engine log for log. Neither is state: snapshots leave them out, and
+    a restored engine simply runs its first cycle.
     """
 
     __slots__ = ("_idle", "memo", "state")
@@ -85,6 +87,9 @@ class Engine:
         Otherwise the caller journals ``event`` followed by the returned events
         (unless None), in order.
         """
+        if not self.memo:
+            # The plain twin: no accelerator carries anything from one input to the next.
+            self.state.memos.clear()
         verdict: Verdict | bool = self.fold_input(event)
         if verdict is False:
             return None

@@ -3,7 +3,7 @@
 A snapshot holds everything ``State`` holds that can change a future answer:
 the clock, the journal position, the dedupe window, the policy, the budget
 tree, windowed usage, hosts, workloads (with the serving order of every
-queue) and reservations. It leaves out only memos (``State.memo``, the
+queue) and reservations. It leaves out only memos (``State.memos``, the
 engine's idle-cycle memo), which by construction cannot change an answer.
 
 Dict and queue orders are written as they are, not re-derived: a restored

@@ -57,6 +57,7 @@ from projections import (
 )
 from projections.principals import PrincipalRegistry
 from projections.workloads import CANCELLED, PENDING, PREEMPTED
+from scheduler.memos import Memos
 from scheduler.shape import shape_of
 from scheduler.verdict import Ignore, Reject
 
@@ -89,8 +90,9 @@ class State:
         # Hosts held for blocked large workloads: workload -> (hosts, until, since).
         self.reservations: dict[str, tuple[tuple[str, ...], int, int]] = {}
         # Derived values cycles reuse while their inputs are unchanged (victim index,
-        # commitments). A cache only: never part of the state's identity.
-        self.memo: dict[str, object] = {}
+        # fair-share base, ...; scheduler/memos.py). A cache only: never part of the
+        # state's identity.
+        self.memos = Memos()
         # Why each workload last left a host (for explain): (reason, by, at).
         self.last_preemption: dict[str, tuple[str, str | None, int]] = {}
         # Preemption takes time (policy.preemption_grace_s > 0): a preempted run's

@@ -99,10 +99,12 @@ def _bare_cycle(use: dict[str, int], shares: dict[str, int], by_node: dict[str, 
     """A cycle holding only what ``_siblings`` reads, under a parent ``p`` with ``children``."""
     from types import SimpleNamespace
 
+    from scheduler.memos import Memos
+
     cycle = cycle_mod.Cycle.__new__(cycle_mod.Cycle)
     cycle._ranking = SimpleNamespace(version=0, use=use, shares=shares,  # type: ignore[assignment]
                                      children={"p": children}, parent={})
-    cycle.state = SimpleNamespace(memo={})  # type: ignore[assignment]
+    cycle.state = SimpleNamespace(memos=Memos())  # type: ignore[assignment]
     cycle.gone = set()
     cycle._sibling_sums = {}
     cycle._siblings_at = (-1, -1)

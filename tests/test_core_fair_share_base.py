@@ -68,7 +68,7 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> Watch:
 
     def checked_init(self: Ranking, state: State, committed: dict[str, int]) -> None:
         init(self, state, committed)
-        base = state.memo["fair_share"]
+        base = state.memos.fair_share
         assert isinstance(base, FairShareBase)
         if committed is not base.committed:
             return

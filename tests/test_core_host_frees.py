@@ -174,7 +174,7 @@ def test_frees_advanced_over_random_moves_are_made_afresh(hosts: int, ops: list[
             run.op(op)
             continue
         state = run.state
-        before = state.memo.get("frees")
+        before = state.memos.frees
         frees = Frees.of(state)
         if isinstance(before, Frees) and before.world == frees.world \
                 and before.running_version != frees.running_version:
@@ -196,7 +196,7 @@ def test_random_moves_advance_often() -> None:
             run.op(("restart", i))
         run.op(("time", 60))
         if i % 2:
-            before = run.state.memo.get("frees")
+            before = run.state.memos.frees
             frees = Frees.of(run.state)
             counts.advanced += isinstance(before, Frees) and before.world == frees.world \
                 and before.running_version != frees.running_version

@@ -138,7 +138,7 @@ def _restale(pristine: dict[str, list[str]], stale: dict[str, _Stale],
 
 
 class FairShareBase:
-    """What every cycle's order starts from, kept across cycles (in ``State.memo``).
+    """What every cycle's order starts from, kept across cycles (in ``State.memos``).
 
     At one fair-share instant, tree and policy, the usage read at the instant
     does not change (``UsageProjection.usage_of``), so the order's inputs change
@@ -349,11 +349,11 @@ def _committed(parts: dict[str, _Part], fs: int) -> dict[str, int]:
 
 def _fair_share_base(state: State) -> FairShareBase:
     fs = fair_share_time(state)
-    base = state.memo.get("fair_share")
+    base = state.memos.fair_share
     if isinstance(base, FairShareBase) and base.current(state, fs):
         return base
     base = FairShareBase(state, fs)
-    state.memo["fair_share"] = base
+    state.memos.fair_share = base
     return base
 
 
@@ -468,11 +468,11 @@ class _Shape:
 
 def _shape(state: State, st: Structure) -> _Shape:
     """The ``_Shape`` of the tree's current ``Structure`` (replaced whenever the tree changes)."""
-    shape = state.memo.get("fair_share_shape")
+    shape = state.memos.fair_share_shape
     if isinstance(shape, _Shape) and shape.structure is st:
         return shape
     shape = _Shape(st)
-    state.memo["fair_share_shape"] = shape
+    state.memos.fair_share_shape = shape
     return shape
 
 

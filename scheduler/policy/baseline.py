@@ -109,16 +109,16 @@ class _Cycle:
         this cycle's copy is its own, less what step 1 stopped."""
         state = self.state
         key = (state.workloads.running_version, self.tree.version, state.policy.team_depth)
-        cached = state.memo.get("baseline_held")
-        if cached is not None and cached[0] == key:  # type: ignore[index]
-            running_held: dict[str, int] = cached[1]  # type: ignore[index]
+        cached = state.memos.baseline_held
+        if cached is not None and cached[0] == key:
+            running_held: dict[str, int] = cached[1]
         else:
             running_held = {}
             for w in self.running.values():
                 if w.allocated:
                     team = self.team_of[w.budget]
                     running_held[team] = running_held.get(team, 0) + w.gpus
-            state.memo["baseline_held"] = (key, running_held)
+            state.memos.baseline_held = (key, running_held)
         held = self.held = dict(running_held)
         for wid in self.gone:  # stopped in step 1; on a failed host that includes opted-out work
             w = self.running[wid]

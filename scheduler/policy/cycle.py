@@ -113,7 +113,7 @@ _Sums = tuple[list[tuple[int, int]], list[int], int]
 
 
 class _CarriedSums:
-    """Sibling sums carried across cycles (``State.memo["siblings"]``), with the objects they read."""
+    """Sibling sums carried across cycles (``State.memos.siblings``), with the objects they read."""
 
     __slots__ = ("by_node", "children", "shares", "sums", "use")
 
@@ -128,7 +128,7 @@ class _CarriedSums:
 
 class Cycle:
     """The working set of one cycle. Nothing here outlives ``run()`` (what is carried across
-    cycles lives in ``State.memo``)."""
+    cycles lives in ``State.memos``, scheduler/memos.py)."""
 
     def __init__(self, state: State, cause: str, trace: dict[str, Outcome] | None,
                  only: str | None = None) -> None:
@@ -244,14 +244,14 @@ class Cycle:
         # across cycles until either changes (most cycles follow one event).
         state = self.state
         key = (tuple(by_shape), state.budget.version)
-        cached = state.memo.get("active")
+        cached = state.memos.active
         if ranking.active:
             ranking.activate(list(by_shape))
-        elif cached is not None and cached[0] == key:  # type: ignore[index]
-            ranking.active = dict(cached[1])  # type: ignore[index]
+        elif cached is not None and cached[0] == key:
+            ranking.active = dict(cached[1])
         else:
             ranking.activate(list(by_shape))
-            state.memo["active"] = (key, dict(ranking.active))
+            state.memos.active = (key, dict(ranking.active))
         depth = self.policy.queue_depth
         # Per leaf and shape: how far this cycle has read, and the shortest minimum
         # runtime that already failed there (only shorter ones can do better).
@@ -471,12 +471,12 @@ class Cycle:
         victims = self.victims()
         n, k = w.hosts, w.gpus_per_host
         costs = self.costs
-        memo = None if rule is not None else self.failures()
-        if memo is None:
+        failures = None if rule is not None else self.failures()
+        if failures is None:
             return victims.search(n, k, ends_by, self.capacity, rule or self.rule(w),
                                   w.id, costs)
         key = ("search", _identity(w), self._blocked(w.id, ends_by))
-        known: Any = memo.get(key)
+        known: Any = failures.get(key)
         own = None
         if known is not None:
             serial, kind, seen, asked = known  # type: ignore[misc]
@@ -489,7 +489,7 @@ class Cycle:
                 else:
                     kind, seen, more = again
                     asked = asked | more
-                    memo[key] = (victims.serial, kind, seen, asked)
+                    failures[key] = (victims.serial, kind, seen, asked)
             if known is not None:
                 for budget in asked:
                     costs.prime(budget)
@@ -502,7 +502,7 @@ class Cycle:
         finally:
             costs.trail = None
         if plan is None and victims.exact_fail:
-            memo[key] = (victims.serial, victims.fail_kind, victims.fail_hosts, frozenset(trail))
+            failures[key] = (victims.serial, victims.fail_kind, victims.fail_hosts, frozenset(trail))
         return plan
 
     def failures(self) -> dict[tuple[object, ...], object] | None:
@@ -537,10 +537,10 @@ class Cycle:
             world = (state.workloads.running_version, state.cluster_state.health_version,
                      state.cluster_state.capacity, state.budget.version, fair_share_time(state),
                      state.policy)
-            cached = state.memo.get("failures")
-            if cached is None or cached[0] != world:  # type: ignore[index]
-                cached = state.memo["failures"] = (world, {})
-            self._failures = cached[1]  # type: ignore[index]
+            cached = state.memos.failures
+            if cached is None or cached[0] != world:
+                cached = state.memos.failures = (world, {})
+            self._failures = cached[1]
         return self._failures
 
     def _blocked(self, wid: str, ends_by: int) -> tuple[str, ...]:
@@ -558,12 +558,12 @@ class Cycle:
         """
         while self.to_reserve:
             w = self.to_reserve.pop(0)
-            memo = self.failures()
+            failures = self.failures()
             key = None
-            if memo is not None:
+            if failures is not None:
                 key = ("plan", _identity(w), tuple(sorted((h, r[1]) for h, r in self.capacity.reserved.items()
                                                   if r[1] != w.id)))
-                if key in memo:
+                if key in failures:
                     self.book.plan(w, {})  # what a plan reaching too few hosts does: the slot back
                     continue
             ready = ready_times(w, self.capacity, self.frees, self.rule(w),
@@ -571,9 +571,9 @@ class Cycle:
             r = self.book.plan(w, ready)
             if r is not None:
                 self.emit.reserved(w.id, r.hosts, r.until)
-            elif memo is not None and key is not None and \
+            elif failures is not None and key is not None and \
                     sum(1 for t in ready.values() if t < NEVER) < w.hosts:
-                memo[key] = frozenset()
+                failures[key] = frozenset()
 
     def note_failed(self, w: Workload, commitment: int) -> None:
         """Remember a failed search in ``w``'s leaf (only entries no other one covers)."""
@@ -629,13 +629,13 @@ class Cycle:
         index's counts, free GPUs and the order: ``failures``).
         """
         idx = self.victims()
-        memo = self.failures()
-        if memo is None:
+        failures = self.failures()
+        if failures is None:
             return self._freeable(idx, leaf, commitment, priority)
         key = ("free", leaf, commitment, priority, idx.serial)
-        have = memo.get(key)
+        have = failures.get(key)
         if have is None:
-            have = memo[key] = self._freeable(idx, leaf, commitment, priority)
+            have = failures[key] = self._freeable(idx, leaf, commitment, priority)
         return have  # type: ignore[return-value]
 
     def _freeable(self, idx: VictimIndex, leaf: str, commitment: int, priority: int | None) -> int:
@@ -756,13 +756,13 @@ class Cycle:
             self._sums_shared = False
             return {}
         use, by_node, children, shares = r.use, idx.by_node, r.children, r.shares
-        cached = self.state.memo.get("siblings")
+        cached = self.state.memos.siblings
         if isinstance(cached, _CarriedSums) and cached.use is use and cached.by_node is by_node \
                 and cached.children is children and cached.shares is shares:
             sums = cached.sums
         else:
             sums = {}
-            self.state.memo["siblings"] = _CarriedSums(use, by_node, children, shares, sums)
+            self.state.memos.siblings = _CarriedSums(use, by_node, children, shares, sums)
         self._sums_shared = True
         return sums
 

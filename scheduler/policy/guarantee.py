@@ -161,10 +161,10 @@ class GuaranteeShape:
 def _shape(state: State) -> GuaranteeShape:
     """The ``GuaranteeShape`` of the state's tree as it is now."""
     st = state.budget.structure()
-    shape = state.memo.get("guarantee_shape")
+    shape = state.memos.guarantee_shape
     if isinstance(shape, GuaranteeShape) and shape.structure is st:
         return shape
-    shape = state.memo["guarantee_shape"] = GuaranteeShape(st, state.budget.nodes)
+    shape = state.memos.guarantee_shape = GuaranteeShape(st, state.budget.nodes)
     return shape
 
 

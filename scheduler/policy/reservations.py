@@ -141,7 +141,7 @@ class Frees:
         cs = state.cluster_state
         wl = state.workloads
         world = (cs.health_version, len(cs.hosts))
-        cached = state.memo.get("frees")
+        cached = state.memos.frees
         made = None
         if isinstance(cached, Frees) and cached.world == world:
             if cached.running_version == wl.running_version:
@@ -149,7 +149,7 @@ class Frees:
             made = cached.advanced(state)
         if made is None:
             made = Frees.build(state, world)
-        state.memo["frees"] = made
+        state.memos.frees = made
         return made
 
     def advanced(self, state: State) -> Frees | None:

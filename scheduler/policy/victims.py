@@ -476,18 +476,18 @@ class VictimIndex:
         """A fork of the memoised index for ``state``, minus the workloads in ``gone``."""
         key = (state.workloads.running_version, state.cluster_state.health_version,
                state.budget.version)
-        cached = state.memo.get("victims")
+        cached = state.memos.victims
         now = state.now
-        if cached is not None and cached[0] == key and cached[1] <= now < cached[2]:  # type: ignore[index]
-            base = cached[3]  # type: ignore[index]
+        if cached is not None and cached[0] == key and cached[1] <= now < cached[2]:
+            base = cached[3]
         else:
             made = None
-            if cached is not None and cached[0][1:] == key[1:] and cached[1] <= now:  # type: ignore[index]
-                made = cached[3].advanced(state)  # type: ignore[index]
+            if cached is not None and cached[0][1:] == key[1:] and cached[1] <= now:
+                made = cached[3].advanced(state)
             base, next_end = made if made is not None else cls.build(state)
-            if cached is not None and cached[0] == key and cached[1] <= now:  # type: ignore[index]
-                base._descend_from(cached[3])  # type: ignore[index]
-            state.memo["victims"] = (key, now, next_end, base)
+            if cached is not None and cached[0] == key and cached[1] <= now:
+                base._descend_from(cached[3])
+            state.memos.victims = (key, now, next_end, base)
         return base.fork(gone)
 
     def _descend_from(self, old: VictimIndex) -> None:
