@@ -138,8 +138,8 @@ def _summary(con: duckdb.DuckDBPyConnection, run: str, wall_seconds: float | Non
         gang or (None, None, 0, 0, 0, None, False, None, False, None)
     # Received net of what did no work (idle holds, killed work), owed unchanged.
     net = con.execute("""
-        SELECT team, owed_gpu_h, received_net_idle_capped, ratio_net_idle,
-               received_net_killed_capped, ratio_net_killed, received_net_capped, ratio_net
+        SELECT team, owed_net_gpu_h, received_net_idle_capped, ratio_net_idle,
+               owed_gpu_h, received_net_killed_capped, ratio_net_killed, received_net_capped, ratio_net
         FROM owed_received_net_by_team WHERE run = ? ORDER BY team""", p).fetchall()
     hold_gpu_h, killed_gpu_h = _one(con, """
         SELECT coalesce(sum(hold_gpu_h), 0), coalesce(sum(killed_gpu_h), 0)
@@ -168,7 +168,7 @@ def _summary(con: duckdb.DuckDBPyConnection, run: str, wall_seconds: float | Non
         "owed_received_all_work": _ratios([(t, o, c, r) for t, _, _, _, o, c, r in teams]),
         # Received net of idle holds (squatters'), of killed work, and of both.
         "owed_received_net_idle": _ratios([(t, o, c, r) for t, o, c, r, *_ in net]),
-        "owed_received_net_killed": _ratios([(t, o, c, r) for t, o, _, _, c, r, _, _ in net]),
+        "owed_received_net_killed": _ratios([(t, o, c, r) for t, _, _, _, o, c, r, _, _ in net]),
         "owed_received_net": _ratios([(t, o, c, r) for t, o, *_, c, r in net]),
         "idle_hold_gpu_h": hold_gpu_h,
         "killed_gpu_h": killed_gpu_h,

@@ -24,7 +24,8 @@ def net_log() -> Log:
     """Two teams (1 share each) on two 8-GPU hosts for two hours: 8 GPUs entitled each.
 
     Team a: a squatter's hold (kind squat, 2 GPUs, funded) and a1 (2 GPUs), both
-    running 0-2 h: owed 4 GPU-h an hour, received all of it, half of it idle.
+    running 0-2 h, and a2 (2 GPUs), waiting all the time (the cluster is full):
+    owed 6 GPU-h an hour, received 4, half of it idle.
     Team b:
       * b1 (4 GPUs, checkpoint every 1,000 s, restart 300 s) runs 0-2,500 s, is
         preempted with requeue (loses 2,500 % 1,000 = 500 s), restarts at 3,100 s
@@ -44,6 +45,7 @@ def net_log() -> Log:
     log.add(mk.host("h1", gpus=8))
     log.add(mk.submit("squat-x-0001", "lab/a", 2, H, at=0, kind="squat", user="x"))
     log.add(mk.submit("a1", "lab/a", 2, H, at=0, kind="training"))
+    log.add(mk.submit("a2", "lab/a", 2, H, at=0, kind="training"))
     log.add(mk.submit("b1", "lab/b", 4, H, at=0, kind="training", resumable=True,
                       checkpoint_interval_s=1000, restart_overhead_s=300))
     log.add(mk.submit("b2", "lab/b", 2, H, at=0, kind="training"))
@@ -82,12 +84,14 @@ def loaded(tmp_path: Path) -> duckdb.DuckDBPyConnection:
 
 
 # By hand, per team (GPU-hours; hour 0 = 0-1 h, hour 1 = 1-2 h):
-#   a: owed 4 + 4 = 8, received 8, idle hold 2 GPUs x 2 h = 4.
+#   a: owed 6 + 6 = 12, received 8, idle hold 2 GPUs x 2 h = 4; without the hold
+#      (its demand and its receipts), owed 4 + 4 = 8 and received 4.
 #   b: demand hour 0 = b1 4 + b2 2 x 0.5 + b3 1 = 6, hour 1 = b1 4 + b3 1 (requeued,
 #      still wanted) = 5: owed 11 (under the 8 entitled). Received hour 0 = b1
 #      4 x 3,000 s + b2 2 x 1,800 s + b3 1 h = 10/3 + 1 + 1, hour 1 = 4: 28/3.
 #      Killed: b1 4 x (500 + 300) s = 8/9, b2 2 x 1,800 s = 1: 17/9, all in hour 0.
-OWED = {"lab/a": 8.0, "lab/b": 11.0}
+OWED = {"lab/a": 12.0, "lab/b": 11.0}
+OWED_NET = {"lab/a": 8.0, "lab/b": 11.0}  # net of idle holds: the hold's demand goes too
 GROSS = {"lab/a": 8.0, "lab/b": 28 / 3}
 NET_IDLE = {"lab/a": 4.0, "lab/b": 28 / 3}
 NET_KILLED = {"lab/a": 8.0, "lab/b": 28 / 3 - 17 / 9}
@@ -114,12 +118,16 @@ def test_owed_received_net_by_team_is_worked_out_by_hand(tmp_path: Path) -> None
     con = loaded(tmp_path)
     got = {t: r for t, *r in rows(con, """
         SELECT team, owed_gpu_h, received_capped, received_net_idle_capped,
-               received_net_killed_capped, received_net_capped, hold_gpu_h, killed_gpu_h
+               received_net_killed_capped, received_net_capped, hold_gpu_h, killed_gpu_h,
+               owed_net_gpu_h, hold_demand_gpu_h, ratio_net_idle, ratio_net_killed, ratio_net
         FROM owed_received_net_by_team""")}
     for team in OWED:
-        assert got[team] == pytest.approx([OWED[team], GROSS[team], NET_IDLE[team], NET_KILLED[team],
-                                           NET[team], 4.0 if team == "lab/a" else 0.0,
-                                           0.0 if team == "lab/a" else 17 / 9]), team
+        a = team == "lab/a"
+        assert got[team] == pytest.approx([
+            OWED[team], GROSS[team], NET_IDLE[team], NET_KILLED[team], NET[team],
+            4.0 if a else 0.0, 0.0 if a else 17 / 9, OWED_NET[team], 4.0 if a else 0.0,
+            NET_IDLE[team] / OWED_NET[team], NET_KILLED[team] / OWED[team],
+            NET[team] / OWED_NET[team]]), team
     # The gross figure is the owed_received_by_team one, unchanged.
     gross = dict(rows(con, "SELECT team, ratio FROM owed_received_by_team"))
     assert gross == pytest.approx({t: GROSS[t] / OWED[t] for t in OWED})
@@ -127,15 +135,15 @@ def test_owed_received_net_by_team_is_worked_out_by_hand(tmp_path: Path) -> None
 
 def test_summary_reports_net_beside_gross(tmp_path: Path) -> None:
     s = summary(loaded(tmp_path), "r")
-    owed = sum(OWED.values())
-    assert s["owed_received"]["total"] == pytest.approx(sum(GROSS.values()) / owed)
-    assert s["owed_received_net_idle"]["total"] == pytest.approx(sum(NET_IDLE.values()) / owed)
+    owed, owed_net = sum(OWED.values()), sum(OWED_NET.values())
+    assert s["owed_received"]["total"] == pytest.approx(sum(GROSS.values()) / owed)  # 52/3 of 23
+    assert s["owed_received_net_idle"]["total"] == pytest.approx(sum(NET_IDLE.values()) / owed_net)
     assert s["owed_received_net_killed"]["total"] == pytest.approx(sum(NET_KILLED.values()) / owed)
-    assert s["owed_received_net"]["total"] == pytest.approx(sum(NET.values()) / owed)
+    assert s["owed_received_net"]["total"] == pytest.approx(sum(NET.values()) / owed_net)
+    assert s["owed_received"]["worst"] == pytest.approx(8 / 12)   # team a, gross
     assert s["owed_received_net"]["worst"] == pytest.approx(0.5)  # team a: half its receipts idle
-    assert s["owed_received_net"]["by_team"] == pytest.approx({t: NET[t] / OWED[t] for t in OWED})
-    assert s["owed_received_net"]["teams_at_least_95"] == 0
-    assert s["owed_received"]["teams_at_least_95"] == 1      # team a, gross: 100 %
+    assert s["owed_received_net"]["by_team"] == pytest.approx({"lab/a": 0.5, "lab/b": 67 / 99})
+    assert s["owed_received_net_killed"]["by_team"] == pytest.approx({"lab/a": 8 / 12, "lab/b": 67 / 99})
     assert (s["idle_hold_gpu_h"], s["killed_gpu_h"]) == pytest.approx((4.0, 17 / 9))
 
 
@@ -149,8 +157,8 @@ def test_requeue_waits_per_kind_with_censoring(tmp_path: Path) -> None:
     assert (w["eval"]["never_restarted"], w["eval"]["p50"], w["eval"]["p50_censored"]) == (1, H, True)
     assert (w["all"]["n"], w["all"]["restarted"]) == (2, 1)
     assert w["all"]["p50"] == pytest.approx((600 + H) / 2) and w["all"]["p50_censored"]
-    # The first waits are unchanged: every workload started at once.
-    assert summary(con, "r")["wait_s"]["all"]["p90"] == 0
+    # The first waits are unchanged: every training workload that started, started at once.
+    assert summary(con, "r")["wait_s"]["training"]["p90_started"] == 0
 
 
 def test_refused_as_too_large_is_counted_with_its_demand(tmp_path: Path) -> None:

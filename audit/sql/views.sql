@@ -731,57 +731,78 @@ FROM parts WHERE least(tail_s, duration_s - head_s) > 0;
 
 -- Per team and hour: GPU-hours of FUNDED work (as received_gpu_h in
 -- owed_received) that were idle holds (hold_gpu_h) and killed work
--- (killed_gpu_h: lost_run + since_checkpoint + restart). Only hours with some
--- are listed. Complete, not warm-up aware.
+-- (killed_gpu_h: lost_run + since_checkpoint + restart), and the holds'
+-- demand (hold_demand_gpu_h: from a hold's submission to its end, as
+-- demand_gpu_h counts it). Only hours with some are listed. Complete, not
+-- warm-up aware.
 CREATE OR REPLACE VIEW unproductive_by_hour AS
-WITH split AS (
-    SELECT run, team, gpus, what, from_t, until_t,
-           unnest(range(hour_of(from_t), until_t, 3600)) AS hour
-    FROM unproductive_runs WHERE funded
+WITH intervals AS (
+    SELECT run, team, gpus, what, from_t, until_t FROM unproductive_runs WHERE funded
+    UNION ALL
+    SELECT w.run, w.team, w.gpus, 'hold_demand', w.submitted_at, coalesce(w.ended_at, s.end_t)
+    FROM workloads AS w JOIN log_span AS s USING (run)
+    WHERE w.funded AND w.kind = 'squat' AND coalesce(w.ended_at, s.end_t) > w.submitted_at
+),
+split AS (
+    SELECT *, unnest(range(hour_of(from_t), until_t, 3600)) AS hour FROM intervals
 )
 SELECT run, team, hour,
        coalesce(sum(gpus * (least(until_t, hour + 3600) - greatest(from_t, hour)))
                     FILTER (WHERE what = 'idle_hold'), 0) / 3600.0 AS hold_gpu_h,
        coalesce(sum(gpus * (least(until_t, hour + 3600) - greatest(from_t, hour)))
-                    FILTER (WHERE what <> 'idle_hold'), 0) / 3600.0 AS killed_gpu_h
+                    FILTER (WHERE what NOT IN ('idle_hold', 'hold_demand')), 0) / 3600.0 AS killed_gpu_h,
+       coalesce(sum(gpus * (least(until_t, hour + 3600) - greatest(from_t, hour)))
+                    FILTER (WHERE what = 'hold_demand'), 0) / 3600.0 AS hold_demand_gpu_h
 FROM split
 GROUP BY run, team, hour;
 
--- owed_received with received net of what did no work: owed unchanged (the
--- lab's definition); received_net_idle = received - idle holds,
--- received_net_killed = received - killed work, received_net = received -
--- both; each capped like received_capped, at owed (so a team's waste first
--- comes out of what it received above what it was owed). Net <= gross,
--- always. Every hour is listed; in_warmup marks the ones the totals leave out.
+-- owed_received with received net of what did no work, per team and hour.
+-- An idle hold is neither useful demand nor useful receipt: net of idle
+-- holds, the books are kept as if the holds did not exist: owed_net_gpu_h =
+-- least(entitled, demand - the holds' demand), received_net_idle_capped =
+-- least(received - holds, owed_net). Killed work was wanted (it stays in
+-- demand) but what it received was wasted: received_net_killed_capped =
+-- least(received - killed, owed) against the lab's owed, unchanged.
+-- received_net_capped = least(received - holds - killed, owed_net): both.
+-- (A team's waste first comes out of what it received above what it was
+-- owed, as received_capped caps receipts at owed.) Every hour is listed;
+-- in_warmup marks the ones the totals leave out.
 CREATE OR REPLACE VIEW owed_received_net AS
-SELECT o.run, o.team, o.hour, o.in_warmup, o.owed_gpu_h, o.received_gpu_h, o.received_capped,
-       coalesce(u.hold_gpu_h, 0) AS hold_gpu_h,
-       coalesce(u.killed_gpu_h, 0) AS killed_gpu_h,
-       least(greatest(o.received_gpu_h - coalesce(u.hold_gpu_h, 0), 0), o.owed_gpu_h)
-           AS received_net_idle_capped,
-       least(greatest(o.received_gpu_h - coalesce(u.killed_gpu_h, 0), 0), o.owed_gpu_h)
-           AS received_net_killed_capped,
-       least(greatest(o.received_gpu_h - coalesce(u.hold_gpu_h, 0) - coalesce(u.killed_gpu_h, 0), 0),
-             o.owed_gpu_h) AS received_net_capped
-FROM owed_received AS o
-LEFT JOIN unproductive_by_hour AS u USING (run, team, hour);
+WITH b AS (
+    SELECT o.*, coalesce(u.hold_gpu_h, 0) AS hold_gpu_h, coalesce(u.killed_gpu_h, 0) AS killed_gpu_h,
+           coalesce(u.hold_demand_gpu_h, 0) AS hold_demand_gpu_h,
+           least(o.entitled_gpu_h, greatest(o.demand_gpu_h - coalesce(u.hold_demand_gpu_h, 0), 0))
+               AS owed_net_gpu_h
+    FROM owed_received AS o
+    LEFT JOIN unproductive_by_hour AS u USING (run, team, hour)
+)
+SELECT run, team, hour, in_warmup, owed_gpu_h, received_gpu_h, received_capped, hold_gpu_h,
+       killed_gpu_h, hold_demand_gpu_h, owed_net_gpu_h,
+       least(greatest(received_gpu_h - hold_gpu_h, 0), owed_net_gpu_h) AS received_net_idle_capped,
+       least(greatest(received_gpu_h - killed_gpu_h, 0), owed_gpu_h) AS received_net_killed_capped,
+       least(greatest(received_gpu_h - hold_gpu_h - killed_gpu_h, 0), owed_net_gpu_h)
+           AS received_net_capped
+FROM b;
 
 -- Per team over the hours after the warm-up (warm-up aware): the gross ratio
--- (as owed_received_by_team) beside the net ones.
+-- (as owed_received_by_team) beside the net ones: ratio_net_idle and
+-- ratio_net over owed_net_gpu_h, ratio_net_killed over owed_gpu_h.
 CREATE OR REPLACE VIEW owed_received_net_by_team AS
 SELECT run, team,
        sum(owed_gpu_h) AS owed_gpu_h,
+       sum(owed_net_gpu_h) AS owed_net_gpu_h,
        sum(received_gpu_h) AS received_gpu_h,
        sum(hold_gpu_h) AS hold_gpu_h,
+       sum(hold_demand_gpu_h) AS hold_demand_gpu_h,
        sum(killed_gpu_h) AS killed_gpu_h,
        sum(received_capped) AS received_capped,
        sum(received_net_idle_capped) AS received_net_idle_capped,
        sum(received_net_killed_capped) AS received_net_killed_capped,
        sum(received_net_capped) AS received_net_capped,
        sum(received_capped) / nullif(sum(owed_gpu_h), 0) AS ratio,
-       sum(received_net_idle_capped) / nullif(sum(owed_gpu_h), 0) AS ratio_net_idle,
+       sum(received_net_idle_capped) / nullif(sum(owed_net_gpu_h), 0) AS ratio_net_idle,
        sum(received_net_killed_capped) / nullif(sum(owed_gpu_h), 0) AS ratio_net_killed,
-       sum(received_net_capped) / nullif(sum(owed_gpu_h), 0) AS ratio_net
+       sum(received_net_capped) / nullif(sum(owed_net_gpu_h), 0) AS ratio_net
 FROM owed_received_net
 WHERE NOT in_warmup
 GROUP BY run, team;
