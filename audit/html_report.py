@@ -78,6 +78,16 @@ SUMMARY_ROWS: tuple[tuple[str, str, Formatter], ...] = (
      format_percent),
     ("owed_received_all_work.teams_at_least_95", "Teams receiving at least 95% of owed (all work)",
      format_count),
+    ("owed_received_net_idle.total", "Owed GPU-hours received, all teams, net of idle holds",
+     format_percent),
+    ("owed_received_net_killed.total", "Owed GPU-hours received, all teams, net of killed work",
+     format_percent),
+    ("owed_received_net.total", "Owed GPU-hours received, all teams, net of both", format_percent),
+    ("owed_received_net.worst", "Owed GPU-hours received, worst team, net of both", format_percent),
+    ("owed_received_net.teams_at_least_95", "Teams receiving at least 95% of owed, net of both",
+     format_count),
+    ("idle_hold_gpu_h", "GPU-hours of squatters' idle holds (funded)", format_gpu_hours),
+    ("killed_gpu_h", "GPU-hours of killed work (funded)", format_gpu_hours),
     ("preemptions", "Preemptions", format_count),
     ("lost_gpu_hours", "GPU-hours lost to preemption", format_gpu_hours),
     ("fragmentation", "Fragmentation (stranded GPU-hours / capacity)", format_percent),
@@ -109,7 +119,9 @@ def flatten(summary: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 # Keys the summary table leaves out: the run name is the column header, the
 # per-team ratios have their own table, and the flags show as "≥" on their figure.
-_HIDDEN_PREFIXES = ("owed_received.by_team.", "owed_received_all_work.by_team.")
+_HIDDEN_PREFIXES = ("owed_received.by_team.", "owed_received_all_work.by_team.",
+                    "owed_received_net.by_team.", "owed_received_net_idle.by_team.",
+                    "owed_received_net_killed.by_team.")
 _HIDDEN_KEYS = frozenset({"run", "measured_from", *_BOUNDS.values()})
 _STAT_LABELS = {"n": "workloads", "never_started": "never started"}
 # Per-kind wait statistics that are counts, not durations.
@@ -373,7 +385,8 @@ def _summary_table(runs: Sequence[str], flat: Mapping[str, Mapping[str, Any]],
         if key == "preemptions":
             for sub in sorted(k for k in all_keys if k.startswith("preemptions.")):
                 row(sub, f"  by reason: {sub.split('.', 1)[1]}")
-    shown.update({"owed_received.teams", "owed_received_all_work.teams"})
+    shown.update({"owed_received.teams", "owed_received_all_work.teams", "owed_received_net.teams",
+                  "owed_received_net_idle.teams", "owed_received_net_killed.teams"})
     kinds = {k.split(".")[1] for k in all_keys if k.startswith("wait_s.") and k.count(".") >= 2}
     # 'all' (every kind together) reads best after the kinds it sums up.
     wait_kinds = kind_order(kinds - {"all"}) + (["all"] if "all" in kinds else [])

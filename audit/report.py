@@ -39,6 +39,11 @@ WAIT_STATS = ("n", "started", "never_started", "p50", "p90", "p99", "mean", "max
               "p50_started", "p90_started", "p99_started", "mean_started", "max_started")
 
 
+# Statistics of one kind's requeue waits, as summary() gives them.
+REQUEUE_WAIT_STATS = ("n", "restarted", "never_restarted", "p50", "p90", "p99", "mean", "max",
+                      "p50_censored", "p90_censored", "p99_censored")
+
+
 def runs_in(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Every run loaded in the database, sorted."""
     return [r[0] for r in con.execute("SELECT DISTINCT run FROM events ORDER BY run").fetchall()]
@@ -131,6 +136,20 @@ def _summary(con: duckdb.DuckDBPyConnection, run: str, wall_seconds: float | Non
         FROM largest_gang_waits WHERE run = ?""", p).fetchone()
     gpus, hosts, n_gang, started, never, max_wait, max_censored, p50, p50_censored, max_started = \
         gang or (None, None, 0, 0, 0, None, False, None, False, None)
+    # Received net of what did no work (idle holds, killed work), owed unchanged.
+    net = con.execute("""
+        SELECT team, owed_net_gpu_h, received_net_idle_capped, ratio_net_idle,
+               owed_gpu_h, received_net_killed_capped, ratio_net_killed, received_net_capped, ratio_net
+        FROM owed_received_net_by_team WHERE run = ? ORDER BY team""", p).fetchall()
+    hold_gpu_h, killed_gpu_h = _one(con, """
+        SELECT coalesce(sum(hold_gpu_h), 0), coalesce(sum(killed_gpu_h), 0)
+        FROM owed_received_net_by_team WHERE run = ?""", p)
+    rcols = ", ".join(REQUEUE_WAIT_STATS)
+    requeue_waits = {row[0]: dict(zip(REQUEUE_WAIT_STATS, row[1:], strict=True)) for row in con.execute(f"""
+        SELECT kind, {rcols} FROM requeue_wait_percentiles
+        WHERE run = ? ORDER BY kind = 'all', kind""", p).fetchall()}
+    refusals = con.execute("""
+        SELECT reason, refused, demand_gpu_h FROM refusals WHERE run = ? ORDER BY reason""", p).fetchall()
     return {
         "run": run,
         "scheduler": scheduler,
@@ -147,7 +166,18 @@ def _summary(con: duckdb.DuckDBPyConnection, run: str, wall_seconds: float | Non
         "owed_received": _ratios([(t, o, c, r) for t, o, c, r, *_ in teams]),
         # All of a team's work, funded or not.
         "owed_received_all_work": _ratios([(t, o, c, r) for t, _, _, _, o, c, r in teams]),
+        # Received net of idle holds (squatters'), of killed work, and of both.
+        "owed_received_net_idle": _ratios([(t, o, c, r) for t, o, c, r, *_ in net]),
+        "owed_received_net_killed": _ratios([(t, o, c, r) for t, _, _, _, o, c, r, _, _ in net]),
+        "owed_received_net": _ratios([(t, o, c, r) for t, o, *_, c, r in net]),
+        "idle_hold_gpu_h": hold_gpu_h,
+        "killed_gpu_h": killed_gpu_h,
         "wait_s": waits,
+        # The wait after each preemption with requeue, to the next start.
+        "requeue_wait_s": requeue_waits,
+        # Submissions refused, by reason (count, and GPU-hours of demand).
+        "refused": {reason: n for reason, n, _ in refusals},
+        "refused_gpu_h": {reason: gpu_h for reason, _, gpu_h in refusals},
         "preemptions": preemptions,
         "lost_gpu_hours": lost,
         "fragmentation": stranded,
@@ -196,6 +226,16 @@ def render(summaries: Mapping[str, Mapping[str, Any]]) -> Table:
         row(f"worst team ({what})", lambda s, k=key: format_percent(s.get(k, {}).get("worst")))
         row(f"teams at >= 95% of owed ({what})",
             lambda s, k=key: f"{s.get(k, {}).get('teams_at_least_95', 0)} of {s.get(k, {}).get('teams', 0)}")
+    for key, what in (("owed_received_net_idle", "net of idle holds"),
+                      ("owed_received_net_killed", "net of killed work"),
+                      ("owed_received_net", "net of both")):
+        row(f"received / owed, all teams ({what})",
+            lambda s, k=key: format_percent(s.get(k, {}).get("total")))
+        row(f"worst team ({what})", lambda s, k=key: format_percent(s.get(k, {}).get("worst")))
+        row(f"teams at >= 95% of owed ({what})",
+            lambda s, k=key: f"{s.get(k, {}).get('teams_at_least_95', 0)} of {s.get(k, {}).get('teams', 0)}")
+    row("GPU-hours of idle holds (funded)", lambda s: f"{s.get('idle_hold_gpu_h') or 0:,.1f}")
+    row("GPU-hours of killed work (funded)", lambda s: f"{s.get('killed_gpu_h') or 0:,.1f}")
     kinds = sorted({k for s in runs for k in s["wait_s"]}, key=lambda k: (k == "all", k))
     for kind in kinds:
         for q in ("p50", "p90"):
@@ -206,6 +246,21 @@ def render(summaries: Mapping[str, Mapping[str, Any]]) -> Table:
                 lambda s, k=kind, q=q: format_duration(s["wait_s"].get(k, {}).get(f"{q}_started")))
         row(f"never started ({kind})",
             lambda s, k=kind: format_count(s["wait_s"].get(k, {}).get("never_started")))
+    rkinds = sorted({k for s in runs for k in s.get("requeue_wait_s", {})}, key=lambda k: (k == "all", k))
+    for kind in rkinds:
+        for q in ("p50", "p90"):
+            row(f"requeue wait {q} ({kind})",
+                lambda s, k=kind, q=q: format_bound(
+                    format_duration(s.get("requeue_wait_s", {}).get(k, {}).get(q)),
+                    s.get("requeue_wait_s", {}).get(k, {}).get(f"{q}_censored")))
+        row(f"requeued runs ({kind}), never restarted",
+            lambda s, k=kind: f"{format_count(s['requeue_wait_s'].get(k, {}).get('n', 0))}, "
+                              f"{format_count(s['requeue_wait_s'].get(k, {}).get('never_restarted', 0))}")
+    reasons_refused = sorted({r for s in runs for r in s.get("refused", {})})
+    for reason in reasons_refused:
+        row(f"refused: {reason} (GPU-hours of demand)",
+            lambda s, r=reason: f"{format_count(s.get('refused', {}).get(r, 0))} "
+                                f"({s.get('refused_gpu_h', {}).get(r, 0):,.0f})")
     row("largest gang: GPUs, started of all",
         lambda s: f"{format_count(s['largest_gang']['gpus'])}: "
                   f"{s['largest_gang']['started']} of {s['largest_gang']['workloads']}")

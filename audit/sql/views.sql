@@ -666,3 +666,215 @@ SELECT run, team,
 FROM owed_received
 WHERE NOT in_warmup
 GROUP BY run, team;
+
+-- Received net of idle holds and of killed work ----------------------------------------
+
+-- Run time that delivered nothing, as intervals [from_t, until_t) of a run's
+-- GPUs, by what it was:
+--   * 'idle_hold': the whole run of a squatter's hold (a workload of kind
+--     'squat': the simulator's squatters, see docs/scenarios.md). The hold is
+--     charged and counted as received, but it runs no work (the owner's debug
+--     runs inside it are not on the log);
+--   * 'lost_run': a run preempted without requeue: all of it is lost;
+--   * 'since_checkpoint': a requeued victim keeps its work up to its last
+--     checkpoint (every checkpoint_interval_s of run time from the run's
+--     start; continuously when unset), so it loses the last duration_s %
+--     checkpoint_interval_s seconds of the run (the executor's model,
+--     simulator/driver.py);
+--   * 'restart': the first restart_overhead_s seconds of the run after a
+--     requeued preemption, spent reloading (capped at the run's length).
+-- A run's 'restart' head and its lost tail never overlap (the tail is cut
+-- where the head ends), so together they never exceed the run. Complete (not
+-- warm-up aware): the hourly view below says which hours count. This is GPU
+-- time received that did no work; it differs from the executor's lost count
+-- (sim.lost_gpu_h) in where the restart overhead falls (in the next run,
+-- where it is spent, and not at all when the victim never restarted).
+CREATE OR REPLACE VIEW unproductive_runs AS
+WITH spec AS (
+    SELECT run, id AS submit_event,
+           arg_min(checkpoint_interval_s, seq) AS checkpoint_interval_s,
+           arg_min(restart_overhead_s, seq) AS restart_overhead_s
+    FROM events WHERE type = 'workload.submitted'
+    GROUP BY run, id
+),
+r AS (
+    SELECT r.run, r.workload, r.team, r.kind, r.gpus, r.funded, r.start_at, r.stop_at,
+           r.duration_s, r.stop_reason, r.requeued,
+           coalesce(lag(r.stop_reason = 'preempted' AND coalesce(r.requeued, false))
+                        OVER (PARTITION BY r.run, r.workload ORDER BY r.start_seq), false) AS resumed,
+           coalesce(s.checkpoint_interval_s, 0) AS checkpoint_s,
+           coalesce(s.restart_overhead_s, 0) AS restart_s
+    FROM runs AS r
+    JOIN workloads AS w USING (run, workload)
+    LEFT JOIN spec AS s ON s.run = w.run AND s.submit_event = w.submit_event
+),
+parts AS (
+    SELECT *,
+           CASE WHEN resumed THEN least(restart_s, duration_s) ELSE 0 END AS head_s,
+           CASE WHEN stop_reason <> 'preempted' THEN 0
+                WHEN NOT coalesce(requeued, false) THEN duration_s
+                WHEN checkpoint_s > 0 THEN duration_s % checkpoint_s
+                ELSE 0 END AS tail_s
+    FROM r WHERE kind IS DISTINCT FROM 'squat'
+)
+SELECT run, workload, team, kind, gpus, funded, 'idle_hold' AS what, start_at AS from_t,
+       stop_at AS until_t
+FROM r WHERE kind = 'squat' AND stop_at > start_at
+UNION ALL
+SELECT run, workload, team, kind, gpus, funded, 'restart', start_at, start_at + head_s
+FROM parts WHERE head_s > 0
+UNION ALL
+SELECT run, workload, team, kind, gpus, funded,
+       CASE WHEN coalesce(requeued, false) THEN 'since_checkpoint' ELSE 'lost_run' END,
+       stop_at - least(tail_s, duration_s - head_s), stop_at
+FROM parts WHERE least(tail_s, duration_s - head_s) > 0;
+
+-- Per team and hour: GPU-hours of FUNDED work (as received_gpu_h in
+-- owed_received) that were idle holds (hold_gpu_h) and killed work
+-- (killed_gpu_h: lost_run + since_checkpoint + restart), and the holds'
+-- demand (hold_demand_gpu_h: from a hold's submission to its end, as
+-- demand_gpu_h counts it). Only hours with some are listed. Complete, not
+-- warm-up aware.
+CREATE OR REPLACE VIEW unproductive_by_hour AS
+WITH intervals AS (
+    SELECT run, team, gpus, what, from_t, until_t FROM unproductive_runs WHERE funded
+    UNION ALL
+    SELECT w.run, w.team, w.gpus, 'hold_demand', w.submitted_at, coalesce(w.ended_at, s.end_t)
+    FROM workloads AS w JOIN log_span AS s USING (run)
+    WHERE w.funded AND w.kind = 'squat' AND coalesce(w.ended_at, s.end_t) > w.submitted_at
+),
+split AS (
+    SELECT *, unnest(range(hour_of(from_t), until_t, 3600)) AS hour FROM intervals
+)
+SELECT run, team, hour,
+       coalesce(sum(gpus * (least(until_t, hour + 3600) - greatest(from_t, hour)))
+                    FILTER (WHERE what = 'idle_hold'), 0) / 3600.0 AS hold_gpu_h,
+       coalesce(sum(gpus * (least(until_t, hour + 3600) - greatest(from_t, hour)))
+                    FILTER (WHERE what NOT IN ('idle_hold', 'hold_demand')), 0) / 3600.0 AS killed_gpu_h,
+       coalesce(sum(gpus * (least(until_t, hour + 3600) - greatest(from_t, hour)))
+                    FILTER (WHERE what = 'hold_demand'), 0) / 3600.0 AS hold_demand_gpu_h
+FROM split
+GROUP BY run, team, hour;
+
+-- owed_received with received net of what did no work, per team and hour.
+-- An idle hold is neither useful demand nor useful receipt: net of idle
+-- holds, the books are kept as if the holds did not exist: owed_net_gpu_h =
+-- least(entitled, demand - the holds' demand), received_net_idle_capped =
+-- least(received - holds, owed_net). Killed work was wanted (it stays in
+-- demand) but what it received was wasted: received_net_killed_capped =
+-- least(received - killed, owed) against the lab's owed, unchanged.
+-- received_net_capped = least(received - holds - killed, owed_net): both.
+-- (A team's waste first comes out of what it received above what it was
+-- owed, as received_capped caps receipts at owed.) Every hour is listed;
+-- in_warmup marks the ones the totals leave out.
+CREATE OR REPLACE VIEW owed_received_net AS
+WITH b AS (
+    SELECT o.*, coalesce(u.hold_gpu_h, 0) AS hold_gpu_h, coalesce(u.killed_gpu_h, 0) AS killed_gpu_h,
+           coalesce(u.hold_demand_gpu_h, 0) AS hold_demand_gpu_h,
+           least(o.entitled_gpu_h, greatest(o.demand_gpu_h - coalesce(u.hold_demand_gpu_h, 0), 0))
+               AS owed_net_gpu_h
+    FROM owed_received AS o
+    LEFT JOIN unproductive_by_hour AS u USING (run, team, hour)
+)
+SELECT run, team, hour, in_warmup, owed_gpu_h, received_gpu_h, received_capped, hold_gpu_h,
+       killed_gpu_h, hold_demand_gpu_h, owed_net_gpu_h,
+       least(greatest(received_gpu_h - hold_gpu_h, 0), owed_net_gpu_h) AS received_net_idle_capped,
+       least(greatest(received_gpu_h - killed_gpu_h, 0), owed_gpu_h) AS received_net_killed_capped,
+       least(greatest(received_gpu_h - hold_gpu_h - killed_gpu_h, 0), owed_net_gpu_h)
+           AS received_net_capped
+FROM b;
+
+-- Per team over the hours after the warm-up (warm-up aware): the gross ratio
+-- (as owed_received_by_team) beside the net ones: ratio_net_idle and
+-- ratio_net over owed_net_gpu_h, ratio_net_killed over owed_gpu_h.
+CREATE OR REPLACE VIEW owed_received_net_by_team AS
+SELECT run, team,
+       sum(owed_gpu_h) AS owed_gpu_h,
+       sum(owed_net_gpu_h) AS owed_net_gpu_h,
+       sum(received_gpu_h) AS received_gpu_h,
+       sum(hold_gpu_h) AS hold_gpu_h,
+       sum(hold_demand_gpu_h) AS hold_demand_gpu_h,
+       sum(killed_gpu_h) AS killed_gpu_h,
+       sum(received_capped) AS received_capped,
+       sum(received_net_idle_capped) AS received_net_idle_capped,
+       sum(received_net_killed_capped) AS received_net_killed_capped,
+       sum(received_net_capped) AS received_net_capped,
+       sum(received_capped) / nullif(sum(owed_gpu_h), 0) AS ratio,
+       sum(received_net_idle_capped) / nullif(sum(owed_net_gpu_h), 0) AS ratio_net_idle,
+       sum(received_net_killed_capped) / nullif(sum(owed_gpu_h), 0) AS ratio_net_killed,
+       sum(received_net_capped) / nullif(sum(owed_net_gpu_h), 0) AS ratio_net
+FROM owed_received_net
+WHERE NOT in_warmup
+GROUP BY run, team;
+
+-- Waits of requeued runs ------------------------------------------------------------------
+
+-- One row per run preempted with requeue: the wait from the preemption to the
+-- workload's next start (NULL restarted_at when it never restarted: wait_s is
+-- then the censored end of log - preemption, and `censored` says so; a
+-- workload cancelled while requeued is censored too). `in_warmup`: preempted
+-- before the warm-up ended.
+CREATE OR REPLACE VIEW requeue_waits AS
+WITH nxt AS (
+    SELECT run, workload, kind, gpus, funded, team, stop_at, stop_reason, requeued,
+           lead(start_at) OVER (PARTITION BY run, workload ORDER BY start_seq) AS next_start
+    FROM runs
+)
+SELECT n.run, n.workload, n.kind, n.gpus, n.funded, n.team,
+       n.stop_at AS preempted_at, n.next_start AS restarted_at,
+       coalesce(n.next_start, s.end_t) - n.stop_at AS wait_s,
+       n.next_start IS NULL AS censored,
+       n.stop_at < u.measured_from AS in_warmup
+FROM nxt AS n
+JOIN log_span AS s USING (run)
+JOIN warmup AS u USING (run)
+WHERE n.stop_reason = 'preempted' AND n.requeued;
+
+-- Requeue-wait percentiles per kind and over all kinds ('all'), over the
+-- preemptions after the warm-up (warm-up aware), censored waits counted as in
+-- wait_percentiles (a `*_censored` flag says a figure is only a lower bound).
+CREATE OR REPLACE VIEW requeue_wait_percentiles AS
+SELECT run,
+       CASE WHEN grouping(kind) = 1 THEN 'all' ELSE kind END AS kind,
+       count(*) AS n,
+       count(*) FILTER (WHERE NOT censored) AS restarted,
+       count(*) FILTER (WHERE censored) AS never_restarted,
+       quantile_cont(wait_s, 0.5) AS p50,
+       quantile_cont(wait_s, 0.9) AS p90,
+       quantile_cont(wait_s, 0.99) AS p99,
+       avg(wait_s) AS mean,
+       max(wait_s) AS max,
+       quantile_cont(wait_s, 0.5) IS DISTINCT FROM quantile_cont(capped, 0.5) AS p50_censored,
+       quantile_cont(wait_s, 0.9) IS DISTINCT FROM quantile_cont(capped, 0.9) AS p90_censored,
+       quantile_cont(wait_s, 0.99) IS DISTINCT FROM quantile_cont(capped, 0.99) AS p99_censored
+FROM (SELECT *, CASE WHEN censored THEN 1e18 ELSE wait_s END AS capped
+      FROM requeue_waits WHERE NOT in_warmup)
+GROUP BY GROUPING SETS ((run, kind), (run));
+
+-- Refused work ------------------------------------------------------------------------------
+
+-- Per run and reason: workload submissions the scheduler refused
+-- (workload.rejected), which appear in no other figure. demand_gpu_h = GPUs x
+-- the submission's expected_duration_s, over those that gave one
+-- (with_duration says how many). `refused` and `demand_gpu_h` count the
+-- refusals after the warm-up (warm-up aware); `refused_all` and
+-- `demand_all_gpu_h` the whole log.
+CREATE OR REPLACE VIEW refusals AS
+WITH rejected AS (
+    SELECT r.run, r.t, r.reason, s.gpus, s.expected_duration_s
+    FROM events AS r
+    JOIN (SELECT run, id, arg_min(gpus, seq) AS gpus,
+                 arg_min(expected_duration_s, seq) AS expected_duration_s
+          FROM events WHERE type = 'workload.submitted' GROUP BY run, id) AS s
+        ON s.run = r.run AND s.id = r.cause
+    WHERE r.type = 'workload.rejected'
+)
+SELECT r.run, r.reason,
+       count(*) FILTER (WHERE r.t >= u.measured_from) AS refused,
+       coalesce(sum(r.gpus * r.expected_duration_s) FILTER (WHERE r.t >= u.measured_from), 0) / 3600.0
+           AS demand_gpu_h,
+       count(r.expected_duration_s) FILTER (WHERE r.t >= u.measured_from) AS with_duration,
+       count(*) AS refused_all,
+       coalesce(sum(r.gpus * r.expected_duration_s), 0) / 3600.0 AS demand_all_gpu_h
+FROM rejected AS r JOIN warmup AS u USING (run)
+GROUP BY r.run, r.reason;
