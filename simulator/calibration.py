@@ -102,7 +102,8 @@ def calibration_figures(log: Iterable[Event], warmup_s: int | None = None) -> di
     """The calibration figures of one log (fractions in 0..1, demand in multiples of capacity).
 
     ``warmup_s``: seconds after the first event left out of every figure;
-    None means the policy's lookback window (``window_s``), as the audit does.
+    None means the policy's lookback window (``window_s``), or nothing for a log no
+    longer than that, as the audit does.
     """
     events = list(log)
     if not events:
@@ -165,7 +166,9 @@ def calibration_figures(log: Iterable[Event], warmup_s: int | None = None) -> di
     end = now
     for s in (present, demand.total, demand.funded, run_alloc, run_free, *demand.by_team.values()):
         s.advance(end)
-    skip = window if warmup_s is None else warmup_s
+    # The audit's rule (audit/sql/views.sql, ``warmup``): by default one window, unless
+    # the log is no longer than that, then nothing (a short log is measured whole).
+    skip = (window if end - start > window else 0) if warmup_s is None else warmup_s
     first_hour = -(-skip // HOUR)
     hours = list(range(first_hour, (end - start) // HOUR))  # whole hours only
     if not hours:
