@@ -31,9 +31,10 @@ class KnobError(AllotError):
 
 
 def defaults() -> dict[str, Any]:
-    """Every knob at its default."""
-    base = PolicyConfigured(id="defaults", at=0)
-    return {k: getattr(base, k) for k in KNOBS}
+    """Every knob at its default (the policy of a log with no ``policy.configured``)."""
+    from scheduler.state import DEFAULT_POLICY
+
+    return {k: getattr(DEFAULT_POLICY, k) for k in KNOBS}
 
 
 def parse(word: str) -> tuple[str, Any]:

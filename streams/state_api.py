@@ -337,16 +337,12 @@ class StateApi:
 
     def policy(self, cluster: str | None = None) -> dict[str, Any]:
         """The cluster's policy knobs (every field of ``policy.configured`` but the envelope)."""
-        import msgspec
-
-        from events import Event, PolicyConfigured
         from scheduler.state import DEFAULT_POLICY
+        from streams.policy_knobs import KNOBS
 
         c, e = self._engine(cluster)
         p = e.state.policy
-        envelope = set(Event.__struct_fields__)
-        knobs = {k: v for k, v in msgspec.to_builtins(p).items()
-                 if k in PolicyConfigured.__struct_fields__ and k not in envelope}
+        knobs = {k: getattr(p, k) for k in KNOBS}
         configured = p.id != DEFAULT_POLICY.id
         return {"cluster": c, "now": e.state.now, "knobs": knobs,
                 "set_at": p.at if configured else None,
