@@ -117,11 +117,6 @@ class BudgetTree:
         """True when ``actor`` manages ``path`` or one of its ancestors."""
         return any(actor in self.nodes[a].managers for a in ancestors(path) if a in self.nodes)
 
-    def ancestor_at(self, path: str, depth: int) -> str:
-        """The ancestor of ``path`` at ``depth`` (the path itself when it is shallower)."""
-        parts = path.split("/")
-        return "/".join(parts[: depth + 1])
-
     # -- fold ------------------------------------------------------------------
 
     def define(self, path: str, managers: Iterable[str], shares: int) -> None:

@@ -105,9 +105,6 @@ class ClusterProjection:
         """All GPUs in the cluster, healthy or not."""
         return self._capacity
 
-    def healthy_gpus(self) -> int:
-        return sum(h.gpus for h in self.hosts.values() if h.health == OK)
-
     def add(self, name: str, gpus: int, rack: str | None, block: str | None) -> None:
         h = self.hosts[name] = Host(name, gpus, rack, block)
         self.order = sorted(self.hosts)

@@ -527,14 +527,6 @@ class PartitionFold:
         return out
 
 
-def fold_records(partition: int, records: Iterable[JournalRecord]) -> PartitionFold:
-    """A fold of ``records`` (one partition, in order) from an empty state; ``finish`` not called."""
-    fold = PartitionFold(partition)
-    for r in records:
-        fold.add(r)
-    return fold
-
-
 def to_builtins(outcome: Outcome) -> dict[str, Any]:
     """An outcome as plain data (for logs and tests)."""
     if isinstance(outcome, Dead):

@@ -124,6 +124,14 @@ def test_bad_input_after_good_keeps_the_engine() -> None:
 
 # -- the fold ---------------------------------------------------------------------------
 
+def fold_records(partition: int, records: list[JournalRecord]) -> PartitionFold:
+    """What a restarted owner does with its partition's journal: ``add`` each record in order."""
+    fold = PartitionFold(partition)
+    for r in records:
+        fold.add(r)
+    return fold
+
+
 def journal_of(groups: list[tuple[Event, list[Event]]], token: str = "t1") -> list[JournalRecord]:
     out = [JournalRecord(partition=0, offset=0, kind=KIND_CLAIM, owner=token,
                          value=encode_claim(Claim(token=token, worker="w", partition=0, at=0)))]
@@ -151,7 +159,7 @@ def test_the_fold_reaches_the_live_state() -> None:
     live = Engine("c1")
     for e, _ in groups:
         live.process(e)
-    fold = processor.fold_records(0, journal_of(groups))
+    fold = fold_records(0, journal_of(groups))
     assert fold.finish() == {}
     assert fold.engines["c1"].state.fingerprint() == live.state.fingerprint()
     assert fold.last_inbox_offset == len(groups) - 1
@@ -163,7 +171,7 @@ def test_finish_returns_the_decisions_a_crash_cut_off() -> None:
     _, decisions = groups[-1]
     assert len(decisions) == 2  # the tick starts both workloads
     records = journal_of(groups)[:-1]  # the second decision never reached the journal
-    fold = processor.fold_records(0, records)
+    fold = fold_records(0, records)
     assert fold.finish() == {"c1": [decisions[1]]}
 
 
@@ -176,7 +184,7 @@ def test_records_under_an_older_claim_do_not_count() -> None:
                                                           at=0))))
     records.append(JournalRecord(partition=0, offset=len(records), kind=KIND_INPUT, owner="old",
                                  value=encode(groups[3][0]), inbox_offset=3))
-    fold = processor.fold_records(0, records)
+    fold = fold_records(0, records)
     fold.finish()
     assert fold.stats.fenced == 1
     assert fold.last_inbox_offset == 2
@@ -189,8 +197,8 @@ def test_an_exact_duplicate_batch_changes_nothing() -> None:
     twice = once + [JournalRecord(partition=0, offset=len(once) + i, kind=r.kind, owner=r.owner,
                                   value=r.value, inbox_offset=r.inbox_offset)
                     for i, r in enumerate(once[-3:])]
-    a = processor.fold_records(0, once)
-    b = processor.fold_records(0, twice)
+    a = fold_records(0, once)
+    b = fold_records(0, twice)
     assert a.finish() == b.finish() == {}
     assert a.engines["c1"].state.fingerprint() == b.engines["c1"].state.fingerprint()
     assert b.stats.duplicates == 3 and b.stats.orphans == 0
