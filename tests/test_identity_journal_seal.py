@@ -16,7 +16,18 @@ import pytest
 
 from events import ClockTicked, Slot, WorkloadStarted, WorkloadSubmitted, encode
 from events.factory import Inputs
-from identity.journal_seal import HEADER_SEAL, SealCheck
+from identity import keys
+from identity.journal_seal import (
+    CHUNK,
+    HEADER_SEAL,
+    SealCheck,
+    SealGate,
+    seal,
+    seal_records,
+    trusted_keys,
+    worker_public_key,
+)
+from streams.signing import Keyring
 from streams.processor import PartitionFold
 from streams.records import (
     JOURNAL,
@@ -88,31 +99,37 @@ def _rec(offset: int, kind: str, owner: str, value: bytes, inbox: int | None = N
                          inbox_offset=inbox, seal=seal_hex)
 
 
-def test_the_fold_refuses_forgeries_before_the_fence() -> None:
-    from identity.journal_seal import seal
+def _sealed_recs(key: bytes, records: list[tuple[int, str, str, bytes, int | None]]
+                 ) -> list[JournalRecord]:
+    """``records`` (offset, kind, owner, value, inbox) sealed together, as a worker writes them."""
+    seals = seal_records(key, 0, [(k, o, i, v) for _, k, o, v, i in records])
+    return [_rec(off, k, o, v, i, s[1]) for (off, k, o, v, i), s in zip(records, seals, strict=True)]
 
+
+def test_the_fold_refuses_forgeries_before_the_fence() -> None:
     key = TICK_KEY.encode()
-    check = SealCheck(key)
+    check = SealCheck([worker_public_key(key)])   # public keys only: what any reader holds
     claim = encode_claim(Claim(token="t1", worker="w", partition=0, at=0))
     mk = Inputs(cluster="c", prefix="e")
     node = encode(mk.node("lab", managers=("admin",)))
-
-    def sealed(offset: int, kind: str, owner: str, value: bytes,
-               inbox: int | None = None) -> JournalRecord:
-        return _rec(offset, kind, owner, value, inbox, seal(key, 0, kind, owner, inbox, value)[1])
-
     fold = PartitionFold(0, seal_check=check)
-    fold.add(sealed(0, KIND_CLAIM, "t1", claim))
-    fold.add(sealed(1, KIND_INPUT, "t1", node, inbox=0))
+    for r in _sealed_recs(key, [(0, KIND_CLAIM, "t1", claim, None),
+                                (1, KIND_INPUT, "t1", node, 0)]):
+        fold.add(r)
     # A forged claim with a new token, then records under it: none of them counts.
     fold.add(_rec(2, KIND_CLAIM, "evil", encode_claim(Claim(token="evil", worker="x",
                                                             partition=0, at=0))))
     fold.add(_rec(3, KIND_INPUT, "evil", encode(mk.node("lab/x")), inbox=99_999))
-    # A record whose seal is another key's, or of other bytes.
-    other = seal(b"another key", 0, KIND_INPUT, "t1", 5, node)[1]
-    fold.add(_rec(4, KIND_INPUT, "t1", encode(mk.node("lab/y")), inbox=5, seal_hex=other))
+    # A record sealed by another key, and a real seal moved onto other bytes.
+    other = seal_records(b"another key", 0, [(KIND_INPUT, "t1", 5, node)])[0][1]
+    fold.add(_rec(4, KIND_INPUT, "t1", node, inbox=5, seal_hex=other))
+    real = seal_records(key, 0, [(KIND_INPUT, "t1", 6, node)])[0][1]
+    fold.add(_rec(5, KIND_INPUT, "t1", encode(mk.node("lab/y")), inbox=6, seal_hex=real))
+    # A v1 (HMAC) seal made up by whoever wrote it: no secret here to check it, refused.
+    fold.add(_rec(6, KIND_INPUT, "t1", encode(mk.node("lab/z")), inbox=7,
+                  seal_hex=seal(b"guess", 0, KIND_INPUT, "t1", 7, node)[1]))
     fold.finish(recover=False)
-    assert fold.stats.forged == 3 and fold.fence.token == "t1"
+    assert fold.stats.forged == 5 and fold.fence.token == "t1"
     assert fold.last_inbox_offset == 0
     assert set(fold.engines["c"].state.budget.nodes) == {"lab"}
     # A journal from before seals still folds (nothing sealed yet, nothing refused).
@@ -121,3 +138,58 @@ def test_the_fold_refuses_forgeries_before_the_fence() -> None:
     legacy.add(_rec(1, KIND_INPUT, "t1", node, inbox=0))
     legacy.finish(recover=False)
     assert legacy.stats.forged == 0 and "lab" in legacy.engines["c"].state.budget.nodes
+
+
+def test_a_chunk_is_signed_once_and_each_record_verifies_alone() -> None:
+    key = TICK_KEY.encode()
+    values = [encode(Inputs(cluster="c", prefix="m").node(f"lab{i}")) for i in range(CHUNK + 5)]
+    recs = _sealed_recs(key, [(i, KIND_INPUT, "t", v, i) for i, v in enumerate(values)])
+    sigs = {r.seal.split(b";")[2] for r in recs if r.seal}
+    assert len(sigs) == 2   # CHUNK records under one signature, the 5 left under another
+    check = SealCheck([worker_public_key(key)])
+    # Any record checks alone (a reader starting mid-chunk, after a snapshot).
+    for r in reversed(recs):
+        assert check(0, r.kind, r.owner, r.inbox_offset, r.value, r.seal)
+    r = recs[7]
+    assert not check(0, r.kind, r.owner, (r.inbox_offset or 0) + 1, r.value, r.seal)
+    assert not check(1, r.kind, r.owner, r.inbox_offset, r.value, r.seal)
+    assert not check(0, KIND_DECISION, r.owner, r.inbox_offset, r.value, r.seal)
+    head, kid, sig, idx, path = (r.seal or b"").split(b";")
+    moved = b";".join([head, kid, sig, b"8", path])    # another index on the same path
+    assert not check(0, r.kind, r.owner, r.inbox_offset, r.value, moved)
+    # Another worker group's key, or none: nothing verifies.
+    assert not SealCheck([keys.public_of(b"other")])(0, r.kind, r.owner, r.inbox_offset,
+                                                      r.value, r.seal)
+    assert not SealCheck()(0, r.kind, r.owner, r.inbox_offset, r.value, r.seal)
+
+
+def test_a_reader_counts_legacy_seals_and_refuses_them_after_public_ones() -> None:
+    key = TICK_KEY.encode()
+    node = encode(Inputs(cluster="c", prefix="g").node("lab"))
+    v1 = seal(key, 0, KIND_INPUT, "t", 0, node)[1]
+    v2 = seal_records(key, 0, [(KIND_INPUT, "t", 1, node)])[0][1]
+    gate = SealGate(SealCheck([worker_public_key(key)]))
+    assert gate.admit(0, KIND_INPUT, "t", None, node, None)        # before any seal
+    assert gate.admit(0, KIND_INPUT, "t", 0, node, v1)             # old journal: legacy
+    assert gate.admit(0, KIND_INPUT, "t", 1, node, v2)
+    assert not gate.admit(0, KIND_INPUT, "t", 0, node, v1)         # v1 after v2: refused
+    assert not gate.admit(0, KIND_INPUT, "t", 2, node, None)       # unsealed after sealed
+    assert (gate.unsealed_before, gate.legacy, gate.verified, gate.forged) == (1, 1, 1, 2)
+    # A worker (holding the secret) checks the v1 seal for real.
+    assert SealCheck(secret=key)(0, KIND_INPUT, "t", 0, node, v1)
+    assert not SealCheck(secret=b"other")(0, KIND_INPUT, "t", 0, node, v1)
+
+
+def test_a_rotated_key_keeps_old_records_valid_when_kept_as_ticker_at_label() -> None:
+    old, new = b"old tick key", b"new tick key"
+    node = encode(Inputs(cluster="c", prefix="r").node("lab"))
+    by_old = seal_records(old, 0, [(KIND_INPUT, "t", 0, node)])[0][1]
+    by_new = seal_records(new, 0, [(KIND_INPUT, "t", 1, node)])[0][1]
+    ring = Keyring().with_key("allot.ticker", keys.public_of(new))
+    only_new = SealCheck(trusted_keys(ring))
+    assert only_new(0, KIND_INPUT, "t", 1, node, by_new)
+    assert not only_new(0, KIND_INPUT, "t", 0, node, by_old)
+    both = SealCheck(trusted_keys(ring.with_key("allot.ticker@2026-12", keys.public_of(old))
+                                  .with_key("someone.else", keys.public_of(b"x"))))
+    assert both(0, KIND_INPUT, "t", 0, node, by_old) and both(0, KIND_INPUT, "t", 1, node, by_new)
+    assert len(both.trusted) == 2   # other principals' keys never seal the journal
