@@ -278,3 +278,46 @@ class SealGate:
             return True
         self.forged += 1
         return False
+
+
+def reader_check(keyring_file: str = "", secret: bytes | None = None,
+                 ticker: str = "allot.ticker", key_dir: str | None = None) -> SealCheck | None:
+    """The seal check of a reader outside the worker (export, audit load); None: no key known.
+
+    Trusts the worker keys of ``keyring_file`` (``trusted_keys``), the public key
+    of ``secret`` (a configured ``tick_key``: it also checks v1 seals), and else
+    the ticker key ``allot up`` keeps in the local key directory (its public part).
+    """
+    from identity.local import Keychain
+    from streams.signing import Keyring
+
+    ring = Keyring.from_file(keyring_file) if keyring_file else Keyring()
+    trusted = trusted_keys(ring, ticker)
+    if secret is None:
+        local = Keychain(key_dir).public_hex(ticker)
+        if local is not None:
+            pub = keys.public_from_hex(local)
+            trusted.setdefault(keys.key_id(pub), pub)
+    if not trusted and secret is None:
+        return None
+    return SealCheck(trusted, secret=secret)
+
+
+def say_export_seals(report: Any) -> None:
+    """Tell, on stderr and loudly, what ``allot journal export`` found of the worker seals."""
+    import sys
+
+    if not report.seals_checked:
+        print("allot journal export: WARNING: worker seals NOT checked: no worker public key "
+              "known (set keyring_file with an `allot.ticker` entry, or tick_key_file)",
+              file=sys.stderr)
+        return
+    if report.forged:
+        print(f"allot journal export: REFUSED {report.forged:,} journal record(s) no worker "
+              f"signed (left out; first at partition:offset "
+              f"{', '.join(report.forged_at[:5])}); `allot audit verify` lists them",
+              file=sys.stderr)
+    if report.legacy or report.unsealed:
+        print(f"allot journal export: {report.legacy:,} record(s) with v1 seals and "
+              f"{report.unsealed:,} unsealed record(s) from before seals: kept, not verifiable "
+              f"without the workers' secret", file=sys.stderr)

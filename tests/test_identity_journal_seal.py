@@ -10,24 +10,34 @@ changes no state and the forged offset does not move the inbox position.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
+import duckdb
 import pytest
 
+from archive.writer import archive_once
+from audit.errors import LogLoadError
+from audit.load import load
 from events import ClockTicked, Slot, WorkloadStarted, WorkloadSubmitted, encode
 from events.factory import Inputs
 from identity import keys
+from identity.audit_verify import verify_archive, verify_journal
 from identity.journal_seal import (
     CHUNK,
     HEADER_SEAL,
     SealCheck,
     SealGate,
+    reader_check,
     seal,
     seal_records,
     trusted_keys,
     worker_public_key,
 )
-from streams.signing import Keyring
+from streams.export import export_journal
 from streams.processor import PartitionFold
 from streams.records import (
     JOURNAL,
@@ -40,13 +50,15 @@ from streams.records import (
     journal_headers,
     topic,
 )
+from streams.signing import Keyring
 from tests.kafka import TICK_KEY, Live, unique_prefix, wait_until
 
 C = "seal-a"
 
 
 @pytest.mark.kafka
-def test_a_restarted_worker_refuses_forged_journal_records(kafka: str) -> None:
+def test_a_restarted_worker_and_every_reader_refuse_forged_journal_records(
+        kafka: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     live = Live(kafka, unique_prefix()).start()
     try:
         worker = live.start_worker((C,), time_scale=1.0, tick_interval_s=0.25)
@@ -67,10 +79,15 @@ def test_a_restarted_worker_refuses_forged_journal_records(kafka: str) -> None:
                                   placement=(Slot(host="h0", gpus=8),), allocated=True,
                                   protected_until=at + 3600)
         far = 10_000
+        # A real worker seal, lifted from the last record and put on the forged decision.
+        lifted = next(r.seal for r in reversed(live.raw(p)) if r.seal is not None)
+        assert lifted is not None and lifted.startswith(b"2;")
         forged = [(encode(ghost), journal_headers(KIND_INPUT, token, far)),
                   (encode(started), journal_headers(KIND_DECISION, token)),
                   (encode(started), [*journal_headers(KIND_DECISION, token),
-                                     (HEADER_SEAL, b"00" * 64)])]
+                                     (HEADER_SEAL, b"00" * 64)]),
+                  (encode(started), [*journal_headers(KIND_DECISION, token),
+                                     (HEADER_SEAL, lifted)])]
 
         async def write() -> None:
             for value, headers in forged:
@@ -89,8 +106,41 @@ def test_a_restarted_worker_refuses_forged_journal_records(kafka: str) -> None:
         live.send(mk.submit("w2", "lab/a", gpus=1, min_runtime_s=0, at=int(time.time())))
         live.wait_event(C, lambda e: isinstance(e, WorkloadSubmitted) and e.workload == "w2",
                         what="w2 journaled after the restart")
+        live.stop_worker(worker)
+        _readers_refuse_the_forgeries(live, tmp_path, monkeypatch, len(forged))
     finally:
         live.close()
+
+
+def _readers_refuse_the_forgeries(live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                  n: int) -> None:
+    """The export, ``allot audit verify`` (live and archive) and ``allot audit load`` refuse them."""
+    ring = tmp_path / "keyring.toml"
+    pub = keys.public_hex(worker_public_key(TICK_KEY.encode()))
+    ring.write_text(f'[keys]\n"allot.ticker" = "{pub}"\n')
+    # The export: public keys only (no secret), the forged records left out and counted.
+    out = tmp_path / "journal.jsonl"
+    report = live.bg.run(export_journal(live.bootstrap, out, live.prefix,
+                                        seal_check=reader_check(str(ring), key_dir=str(tmp_path))))
+    assert report.forged == n and report.sealed > 0 and report.legacy == report.unsealed == 0
+    assert b"ghost" not in out.read_bytes() and b"w2" in out.read_bytes()
+    # allot audit verify, live: the same count, and not verified.
+    keyring = Keyring.from_file(ring)
+    found = live.bg.run(verify_journal(live.bootstrap, keyring, live.prefix))
+    assert found.forged == n and not found.ok and found.failed == 0
+    assert all("forged" in line for line in found.failures)
+    # The archive of the same journal: verify --archive says so (exit 1), and the load refuses.
+    root = tmp_path / "archive"
+    live.bg.run(archive_once(live.bootstrap, root, live.prefix), timeout=60)
+    assert verify_archive(root, keyring).forged == n
+    run = subprocess.run([sys.executable, "-m", "allot", "audit", "verify", "--archive",
+                          str(root), "--keyring", str(ring), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stderr
+    assert json.loads(run.stdout)["forged"] == n
+    monkeypatch.setenv("ALLOT_KEYRING", str(ring))
+    with pytest.raises(LogLoadError, match=f"{n} of .* no valid worker seal"):
+        load(duckdb.connect(str(tmp_path / "a.duckdb")), root, "archived")
 
 
 def _rec(offset: int, kind: str, owner: str, value: bytes, inbox: int | None = None,
@@ -154,7 +204,7 @@ def test_a_chunk_is_signed_once_and_each_record_verifies_alone() -> None:
     assert not check(0, r.kind, r.owner, (r.inbox_offset or 0) + 1, r.value, r.seal)
     assert not check(1, r.kind, r.owner, r.inbox_offset, r.value, r.seal)
     assert not check(0, KIND_DECISION, r.owner, r.inbox_offset, r.value, r.seal)
-    head, kid, sig, idx, path = (r.seal or b"").split(b";")
+    head, kid, sig, _idx, path = (r.seal or b"").split(b";")
     moved = b";".join([head, kid, sig, b"8", path])    # another index on the same path
     assert not check(0, r.kind, r.owner, r.inbox_offset, r.value, moved)
     # Another worker group's key, or none: nothing verifies.
