@@ -38,6 +38,7 @@ from identity.journal_seal import (
     worker_public_key,
 )
 from streams.export import export_journal
+from streams.journal_tail import JournalTail
 from streams.processor import PartitionFold
 from streams.records import (
     JOURNAL,
@@ -124,6 +125,20 @@ def _readers_refuse_the_forgeries(live: Live, tmp_path: Path, monkeypatch: pytes
                                         seal_check=reader_check(str(ring), key_dir=str(tmp_path))))
     assert report.forged == n and report.sealed > 0 and report.legacy == report.unsealed == 0
     assert b"ghost" not in out.read_bytes() and b"w2" in out.read_bytes()
+    # A journal tail (what executors and views read through) given the same check.
+    async def tail() -> tuple[list[str], int]:
+        t = JournalTail(live.bootstrap, topic(JOURNAL, live.prefix), live.partition_of(C),
+                        seal_check=SealCheck([worker_public_key(TICK_KEY.encode())]))
+        await t.start()
+        seen: list[str] = []
+        try:
+            while not t.caught_up or not seen:
+                seen += [getattr(i.event, "workload", "") for i in await t.poll(200)]
+        finally:
+            await t.stop()
+        return seen, t.forged
+    seen, refused = live.bg.run(tail())
+    assert "ghost" not in seen and "w2" in seen and refused == n
     # allot audit verify, live: the same count, and not verified.
     keyring = Keyring.from_file(ring)
     found = live.bg.run(verify_journal(live.bootstrap, keyring, live.prefix))
