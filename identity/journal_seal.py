@@ -127,14 +127,11 @@ def seal_records(secret: bytes, partition: int,
     for start in range(0, len(records), CHUNK):
         chunk = records[start:start + CHUNK]
         levels = _tree([leaf(partition, k, o, i, v) for k, o, i, v in chunk])
-        sig = priv.sign(_signed_message(levels[-1][0])).hex().encode()
+        head = b";".join([V2, kid, priv.sign(_signed_message(levels[-1][0])).hex().encode()])
+        hexed = [[n.hex().encode() for n in level] for level in levels[:-1]]
         for i in range(len(chunk)):
-            path, j = [], i
-            for level in levels[:-1]:
-                path.append(level[j ^ 1])
-                j //= 2
-            out.append((HEADER_SEAL, b";".join([V2, kid, sig, str(i).encode(),
-                                                b"".join(p.hex().encode() for p in path)])))
+            path = b"".join([level[(i >> d) ^ 1] for d, level in enumerate(hexed)])
+            out.append((HEADER_SEAL, b"%s;%d;%s" % (head, i, path)))
     return out
 
 

@@ -258,3 +258,46 @@ def test_a_rotated_key_keeps_old_records_valid_when_kept_as_ticker_at_label() ->
                                   .with_key("someone.else", keys.public_of(b"x"))))
     assert both(0, KIND_INPUT, "t", 0, node, by_old) and both(0, KIND_INPUT, "t", 1, node, by_new)
     assert len(both.trusted) == 2   # other principals' keys never seal the journal
+
+
+@pytest.mark.kafka
+def test_rotating_the_workers_key_keeps_the_journal_readable(kafka: str, tmp_path: Path) -> None:
+    """A new ``tick_key``, the old public key kept as ``allot.ticker@old``: nothing is lost."""
+    old_key, new_key = "rotation-old-tick-key", "rotation-new-tick-key"
+    old_pub = keys.public_hex(worker_public_key(old_key.encode()))
+    new_pub = keys.public_hex(worker_public_key(new_key.encode()))
+    ring = tmp_path / "workers.toml"
+    ring.write_text(f'[keys]\n"allot.ticker@old" = "{old_pub}"\n')
+    live = Live(kafka, unique_prefix()).start()
+    try:
+        worker = live.start_worker((C,), time_scale=1.0, tick_interval_s=0.25, tick_key=old_key)
+        live.wait_event(C, lambda e: isinstance(e, ClockTicked), what="the first tick")
+        mk = Inputs(cluster=C, prefix="r-")
+        at = int(time.time())
+        live.send_many([mk.node("lab", managers=("admin",), at=at), mk.node("lab/a", at=at),
+                        mk.host("h0", gpus=8, at=at)])
+        live.send(mk.submit("w1", "lab/a", gpus=8, min_runtime_s=3600, at=at))
+        live.wait_event(C, lambda e: isinstance(e, WorkloadStarted), what="w1 to start")
+        live.stop_worker(worker)
+        worker = live.start_worker((C,), time_scale=1.0, tick_interval_s=0.25, tick_key=new_key,
+                                   keyring_file=str(ring))
+        engine = wait_until(lambda: worker.engines().get(C), 30, what="the engine")
+        assert set(engine.state.cluster_state.hosts["h0"].workloads) == {"w1"}
+        live.send(mk.submit("w2", "lab/a", gpus=1, min_runtime_s=0, at=int(time.time())))
+        live.wait_event(C, lambda e: isinstance(e, WorkloadSubmitted) and e.workload == "w2",
+                        what="w2 journaled after the rotation")
+        p = live.partition_of(C)
+        kids = {(r.seal or b"").split(b";")[1] for r in live.raw(p)}
+        assert kids == {keys.key_id(worker_public_key(k.encode())).encode()
+                        for k in (old_key, new_key)}
+        live.stop_worker(worker)
+        # The auditor: both keys verify everything (the old ticks too); the new key alone
+        # cannot vouch for what the old one sealed.
+        both = Keyring.from_file(ring).with_key("allot.ticker", keys.public_from_hex(new_pub))
+        report = live.bg.run(verify_journal(live.bootstrap, both, live.prefix))
+        assert report.ok and report.sealed == report.records, report
+        only_new = Keyring().with_key("allot.ticker", keys.public_from_hex(new_pub))
+        partial = live.bg.run(verify_journal(live.bootstrap, only_new, live.prefix))
+        assert partial.forged > 0 and not partial.ok
+    finally:
+        live.close()
