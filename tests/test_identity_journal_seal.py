@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -52,9 +53,23 @@ from streams.records import (
     topic,
 )
 from streams.signing import Keyring
+from streams.worker import Worker
 from tests.kafka import TICK_KEY, Live, unique_prefix, wait_until
 
 C = "seal-a"
+
+
+def _w1_running(live: Live, prefix: str, **kw: Any) -> tuple[Worker, Inputs, int]:
+    """A worker, a budget, one 8-GPU host and w1 running on all of it."""
+    worker = live.start_worker((C,), time_scale=1.0, tick_interval_s=0.25, **kw)
+    live.wait_event(C, lambda e: isinstance(e, ClockTicked), what="the first tick")
+    mk = Inputs(cluster=C, prefix=prefix)
+    at = int(time.time())
+    live.send_many([mk.node("lab", managers=("admin",), at=at), mk.node("lab/a", at=at),
+                    mk.host("h0", gpus=8, at=at)])
+    live.send(mk.submit("w1", "lab/a", gpus=8, min_runtime_s=3600, at=at))
+    live.wait_event(C, lambda e: isinstance(e, WorkloadStarted), what="w1 to start")
+    return worker, mk, at
 
 
 @pytest.mark.kafka
@@ -62,14 +77,7 @@ def test_a_restarted_worker_and_every_reader_refuse_forged_journal_records(
         kafka: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     live = Live(kafka, unique_prefix()).start()
     try:
-        worker = live.start_worker((C,), time_scale=1.0, tick_interval_s=0.25)
-        live.wait_event(C, lambda e: isinstance(e, ClockTicked), what="the first tick")
-        mk = Inputs(cluster=C, prefix="s-")
-        at = int(time.time())
-        live.send_many([mk.node("lab", managers=("admin",), at=at), mk.node("lab/a", at=at),
-                        mk.host("h0", gpus=8, at=at)])
-        live.send(mk.submit("w1", "lab/a", gpus=8, min_runtime_s=3600, at=at))
-        live.wait_event(C, lambda e: isinstance(e, WorkloadStarted), what="w1 to start")
+        worker, mk, at = _w1_running(live, "s-")
         p = live.partition_of(C)
         token = live.claims(p)[-1].token  # readable by anyone: it is in the claim record
         ghost = WorkloadSubmitted(id="evil-1", at=at, cluster=C, actor="x", source="x",
@@ -270,14 +278,7 @@ def test_rotating_the_workers_key_keeps_the_journal_readable(kafka: str, tmp_pat
     ring.write_text(f'[keys]\n"allot.ticker@old" = "{old_pub}"\n')
     live = Live(kafka, unique_prefix()).start()
     try:
-        worker = live.start_worker((C,), time_scale=1.0, tick_interval_s=0.25, tick_key=old_key)
-        live.wait_event(C, lambda e: isinstance(e, ClockTicked), what="the first tick")
-        mk = Inputs(cluster=C, prefix="r-")
-        at = int(time.time())
-        live.send_many([mk.node("lab", managers=("admin",), at=at), mk.node("lab/a", at=at),
-                        mk.host("h0", gpus=8, at=at)])
-        live.send(mk.submit("w1", "lab/a", gpus=8, min_runtime_s=3600, at=at))
-        live.wait_event(C, lambda e: isinstance(e, WorkloadStarted), what="w1 to start")
+        worker, mk, _ = _w1_running(live, "r-", tick_key=old_key)
         live.stop_worker(worker)
         worker = live.start_worker((C,), time_scale=1.0, tick_interval_s=0.25, tick_key=new_key,
                                    keyring_file=str(ring))
