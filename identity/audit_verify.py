@@ -284,6 +284,8 @@ def add_parser(audit_sub: argparse._SubParsersAction) -> None:  # type: ignore[t
                     "status 0: everything verifies; 1: some record or input does not (forged, "
                     "failed, unsigned, or sealed with a v1 seal only the workers' secret "
                     "checks); 2: error.")
+    p.add_argument("source", nargs="?", metavar="DIR",
+                   help="an archive directory (the same as --archive DIR)")
     p.add_argument("--archive", metavar="DIR",
                    help="verify an archive directory (allot archive) instead of the live journal")
     p.add_argument("--bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap address")
@@ -306,8 +308,13 @@ def _run(args: argparse.Namespace) -> int:
         ring = signing.Keyring.from_file(args.keyring)
         common: dict[str, Any] = {"admins": tuple(args.admin), "ticker": args.ticker,
                                   "authorise": args.require_signatures}
-        if args.archive:
-            report = verify_archive(args.archive, ring, **common)
+        archive = args.archive or args.source
+        if archive and not Path(archive).is_dir():
+            raise VerifyError(f"{archive}: not a directory; a JSON-lines log (allot journal "
+                              f"export) keeps no headers, so no signature in it can be checked: "
+                              f"verify the live journal (--bootstrap) or its archive")
+        if archive:
+            report = verify_archive(archive, ring, **common)
         else:
             report = asyncio.run(verify_journal(args.bootstrap, ring, args.topic_prefix,
                                                 **common))
