@@ -302,3 +302,29 @@ def test_rotating_the_workers_key_keeps_the_journal_readable(kafka: str, tmp_pat
         assert partial.forged > 0 and not partial.ok
     finally:
         live.close()
+
+
+def test_a_reader_finds_the_workers_key_where_allot_up_keeps_it(tmp_path: Path) -> None:
+    from identity.local import Keychain
+
+    assert reader_check(key_dir=str(tmp_path / "none")) is None   # no key anywhere: unchecked
+    secret = Keychain(tmp_path).ensure("allot.ticker")
+    check = reader_check(key_dir=str(tmp_path))
+    assert check is not None and set(check.trusted) == {keys.secret_key_id(secret)}
+    node = encode(Inputs(cluster="c", prefix="k").node("lab"))
+    sealed = seal_records(secret, 0, [(KIND_INPUT, "t", 0, node)])[0][1]
+    assert check(0, KIND_INPUT, "t", 0, node, sealed)
+
+
+def test_the_export_says_loudly_what_it_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    from identity.journal_seal import say_export_seals
+    from streams.export import ExportReport
+
+    say_export_seals(ExportReport())
+    assert "NOT checked" in capsys.readouterr().err
+    say_export_seals(ExportReport(seals_checked=True, sealed=9, forged=2,
+                                  forged_at=["3:17", "3:18"]))
+    err = capsys.readouterr().err
+    assert "REFUSED 2 journal record(s)" in err and "3:17, 3:18" in err
+    say_export_seals(ExportReport(seals_checked=True, sealed=9))
+    assert capsys.readouterr().err == ""
