@@ -11,6 +11,7 @@ changes no state and the forged offset does not move the inbox position.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -133,6 +134,16 @@ def _readers_refuse_the_forgeries(live: Live, tmp_path: Path, monkeypatch: pytes
                                         seal_check=reader_check(str(ring), key_dir=str(tmp_path))))
     assert report.forged == n and report.sealed > 0 and report.legacy == report.unsealed == 0
     assert b"ghost" not in out.read_bytes() and b"w2" in out.read_bytes()
+    # The same from the command line, the workers' key from the keyring setting: loud.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
+    cli = subprocess.run([sys.executable, "-m", "allot", "journal", "export", "--bootstrap",
+                          live.bootstrap, "--topic-prefix", live.prefix, "--out",
+                          str(tmp_path / "cli.jsonl")],
+                         env={**env, "ALLOT_KEYRING_FILE": str(ring),
+                              "ALLOT_KEY_DIR": str(tmp_path / "no-keys")},
+                         capture_output=True, text=True, timeout=180)
+    assert cli.returncode == 0, cli.stderr
+    assert f"REFUSED {n} journal record(s) no worker signed" in cli.stderr, cli.stderr
     # A journal tail (what executors and views read through) given the same check.
     async def tail() -> tuple[list[str], int]:
         t = JournalTail(live.bootstrap, topic(JOURNAL, live.prefix), live.partition_of(C),
