@@ -149,6 +149,7 @@ def _load_archive(con: duckdb.DuckDBPyConnection, root: Path, run: str,
     """
     from archive.events import write_events
 
+    _check_archive_seals(root)
     with tempfile.TemporaryDirectory(prefix="allot-load-archive-") as tmp:
         lines = Path(tmp) / "events.jsonl"
         with open(lines, "wb") as out:
@@ -157,6 +158,36 @@ def _load_archive(con: duckdb.DuckDBPyConnection, root: Path, run: str,
     con.execute(f"UPDATE {LOADED_RUNS} SET source = ? WHERE run = ?", [str(root), run])
     return LoadResult(run, str(root), result.events, result.lines, result.skipped, result.cut,
                       result.rewritten)
+
+
+def _check_archive_seals(root: Path) -> None:
+    """Refuse an archive holding a journal record no worker signed (identity.journal_seal).
+
+    The workers' public key comes from ``$ALLOT_KEYRING`` (a keyring file with an
+    ``allot.ticker`` entry) or the local key directory of ``allot up``; with
+    neither, the load says loudly that the seals were not checked.
+    """
+    import sys
+
+    from identity.audit_verify import archive_seals
+    from identity.journal_seal import reader_check
+
+    check = reader_check(os.environ.get("ALLOT_KEYRING", ""))
+    if check is None:
+        print(f"allot audit load: WARNING: {root}: worker seals NOT checked: no worker public "
+              f"key (set ALLOT_KEYRING to a keyring with an `allot.ticker` entry)",
+              file=sys.stderr)
+        return
+    found = archive_seals(root, check)
+    if found.forged:
+        raise LogLoadError(
+            f"{root}: {found.forged:,} of {found.records:,} archived journal record(s) carry no "
+            f"valid worker seal (partition:offset {', '.join(found.failures[:5])}): no worker "
+            f"wrote them; not loaded (`allot audit verify --archive {root}` lists them)")
+    if found.legacy or found.unsealed:
+        print(f"allot audit load: {root}: {found.legacy:,} record(s) with v1 seals and "
+              f"{found.unsealed:,} unsealed record(s) from before seals: loaded, not verifiable "
+              f"without the workers' secret", file=sys.stderr)
 
 
 # -- JSON lines ----------------------------------------------------------------------------

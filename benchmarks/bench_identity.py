@@ -14,6 +14,16 @@ Also the producer's side: one Ed25519 signature (``allot sign``, the client).
 The engine's own work per input (validation, fold) is the same in both and
 not part of this figure.
 
+And the journal's seals (``identity.journal_seal``), per journal record: the
+worker signing what it journals together (one Ed25519 signature per chunk of
+up to 32 records; a lone record, an input and its decision, and a full chunk),
+and a reader (the restarted worker's fold, the export, ``allot audit verify``)
+checking them with the public key; beside the version-1 HMAC seal they
+replace (which only the workers could check).
+
+Times are CPU time of the process (``time.process_time``), so a loaded
+machine's waiting is not counted; the median over passes.
+
     python -m benchmarks.bench_identity            # ~10 s
     python -m benchmarks.bench_identity --records 20000 --passes 7
 """
@@ -89,15 +99,16 @@ def main() -> None:
     times: dict[str, list[float]] = {"unsigned": [], "signed": []}
     for _ in range(args.passes):
         for name, proc, recs in (("unsigned", insecure, plain), ("signed", secure, signed)):
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             for r in recs:
                 proc.check(r, engines)
-            times[name].append((time.perf_counter() - t0) / len(recs) * 1e6)
+            times[name].append((time.process_time() - t0) / len(recs) * 1e6)
     value = plain[0].value or b""
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     for _ in range(2000):
         keys.sign(value, secrets["user0"])
-    sign_us = (time.perf_counter() - t0) / 2000 * 1e6
+    sign_us = (time.process_time() - t0) / 2000 * 1e6
+    seals = _seal_costs(plain, args.passes)
     u, s = statistics.median(times["unsigned"]), statistics.median(times["signed"])
     print(f"machine: {machine()}")
     print(f"{args.records:,} submits, {args.principals} principals, {args.passes} passes (median)")
@@ -105,6 +116,43 @@ def main() -> None:
     print(f"  signed + authorised check:       {s:7.1f} us/input  (+{s - u:.1f} us, "
           f"{s / u:.1f}x; target < {TARGET_US:.0f} us)")
     print(f"  producer: one Ed25519 signature  {sign_us:7.1f} us")
+    print("journal seals, per record (median):")
+    for name, us in seals.items():
+        print(f"  {name:<38} {us:7.1f} us")
+    print(f"verification per input, signed: {s - u + seals['check, chunks of 32']:.1f} us "
+          f"(its signature and role check, and its journal record's seal)")
+
+
+def _seal_costs(recs: list[InboxRecord], passes: int) -> dict[str, float]:
+    """us per journal record: sealing batches of 1, 2 and 32 records, checking chunks of 1 and 32."""
+    from identity.journal_seal import CHUNK, SealCheck, seal, seal_records, worker_public_key
+
+    secret = b"bench tick key"
+    values = [r.value or b"" for r in recs]
+    rows = [("input", "owner-token", i, v) for i, v in enumerate(values)]
+    out: dict[str, list[float]] = {}
+
+    def timed(name: str, fn: object, n: int) -> None:
+        t0 = time.process_time()
+        fn()  # type: ignore[operator]
+        out.setdefault(name, []).append((time.process_time() - t0) / n * 1e6)
+
+    for _ in range(passes):
+        for size in (1, 2, CHUNK):
+            timed(f"seal, batches of {size}",
+                  lambda size=size: [seal_records(secret, 0, rows[i:i + size])
+                                     for i in range(0, len(rows), size)], len(rows))
+        timed("v1 HMAC seal (before)",
+              lambda: [seal(secret, 0, k, o, i, v) for k, o, i, v in rows], len(rows))
+        for size in (1, CHUNK):
+            sealed = [h for i in range(0, len(rows), size)
+                      for h in seal_records(secret, 0, rows[i:i + size])]
+            check = SealCheck([worker_public_key(secret)])   # a fresh reader: nothing cached
+            timed(f"check, chunks of {size}",
+                  lambda sealed=sealed, check=check: [check(0, k, o, i, v, h[1]) for (k, o, i, v), h
+                                                      in zip(rows, sealed, strict=True)],
+                  len(rows))
+    return {k: statistics.median(v) for k, v in out.items()}
 
 
 if __name__ == "__main__":

@@ -212,9 +212,9 @@ def authorise(state: State, event: Event, signer: str, *, admins: frozenset[str]
               ticker: str = "allot.ticker") -> Refusal | None:
     """None when ``signer`` may send ``event`` in ``state``, else the refusal."""
     rule = TABLE.get(type(event))
-    tag = tag_of(type(event))
     if rule is None:
-        return Refusal(NOT_AUTHORISED, f"no one may send {tag}: it has no authorisation rule")
+        return Refusal(NOT_AUTHORISED, f"no one may send {tag_of(type(event))}: it has no "
+                                       f"authorisation rule")
     roles = roles_of(state, signer, admins)
     if signer == ticker:
         roles = roles | {TICKER}
@@ -223,7 +223,7 @@ def authorise(state: State, event: Event, signer: str, *, admins: frozenset[str]
         allowed = True
     if not allowed:
         held = ", ".join(sorted(roles)) or "no role"
-        return Refusal(NOT_AUTHORISED, f"{tag} needs {' or '.join(rule.roles)}; "
+        return Refusal(NOT_AUTHORISED, f"{tag_of(type(event))} needs {' or '.join(rule.roles)}; "
                                        f"{signer[:80]!r} holds {held}")
     if rule.scope is not None:
         why = rule.scope(state, event, signer, admins)

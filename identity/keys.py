@@ -68,6 +68,12 @@ def key_id(key: Ed25519PublicKey) -> str:
     return hashlib.sha256(public_bytes(key)).hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=256)
+def secret_key_id(secret: bytes) -> str:
+    """``key_id`` of the public key of ``secret``, computed once per key (a signer signs often)."""
+    return key_id(public_of(secret))
+
+
 def sign(value: bytes, secret: bytes) -> str:
     """The hex Ed25519 signature of ``value`` under the key named by ``secret``."""
     return private_key(secret).sign(value).hex()

@@ -134,14 +134,19 @@ def _worker(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from identity import journal_seal
     from streams.commands import discovered_settings
     from streams.export import export_journal
 
     settings = discovered_settings(args)  # the running ``allot up``'s broker if none is named
+    seals = journal_seal.reader_check(settings.keyring_file, settings.signing_key() or None,
+                                      settings.ticker_principal)
     report = asyncio.run(export_journal(settings.bootstrap, args.out, prefix=settings.topic_prefix,
                                         clusters=args.only_clusters,
                                         complete_only=not args.keep_incomplete,
-                                        fetch_wait_ms=settings.fold_fetch_wait_ms))
+                                        fetch_wait_ms=settings.fold_fetch_wait_ms,
+                                        seal_check=seals))
+    journal_seal.say_export_seals(report)
     Console(stderr=True).print(
         f"wrote {report.events:,} events ({report.inputs:,} inputs, {report.decisions:,} "
         f"decisions) from {report.partitions} partition(s) to {args.out}; skipped "

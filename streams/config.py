@@ -108,7 +108,7 @@ class WorkerSettings:
         "claim anyone can forge). Said loudly at start, in the log, on `/healthz` and `/state`.",
         False)
     journal_seals: bool = _doc(
-        "Seal every journal record this worker writes (HMAC-SHA256 under `tick_key`), and on a "
+        "Sign every journal record this worker writes (Ed25519 under `tick_key`), and on a "
         "fold refuse any record whose seal does not verify, or an unsealed one after sealed "
         "ones (`fold.forged`): forged journal records move neither the state, the fence nor "
         "the inbox position.", True)

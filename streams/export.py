@@ -13,6 +13,11 @@ crashed while writing it and has not recovered yet). By default the export
 re-runs each partition through the engine (the fold a restarting worker does)
 and holds back a last input whose decisions are not all there yet, so the file
 always replays clean; ``complete_only=False`` writes it anyway.
+
+Every record's worker seal is checked first (``identity.journal_seal``) when a
+``seal_check`` is given: a record no worker signed (a decision forged under
+the owner's token, an input with a far-ahead inbox offset) is left out before
+the fence and counted (``forged``), as the restarted worker's fold does.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from pathlib import Path
 import msgspec
 
 from events import decode, encode
+from identity.journal_seal import SealCheck, SealGate
 from streams.journal import end_offset, journal_record, read_to_end, reader
 from streams.processor import PartitionFold
 from streams.records import JOURNAL, KIND_CLAIM, KIND_INPUT, BadJournalRecord, Fence, topic
@@ -43,6 +49,13 @@ class ExportReport(msgspec.Struct, kw_only=True):
     duplicates: int = 0
     withheld: int = 0
     unreadable: int = 0
+    # Worker seals (identity.journal_seal): checked records by outcome; None when not checked.
+    seals_checked: bool = False
+    sealed: int = 0
+    legacy: int = 0
+    unsealed: int = 0
+    forged: int = 0
+    forged_at: list[str] = msgspec.field(default_factory=list)
 
 
 class _Group(msgspec.Struct, kw_only=True):
@@ -56,11 +69,15 @@ class _Group(msgspec.Struct, kw_only=True):
 
 async def export_journal(bootstrap: str, out: str | Path, prefix: str = "",
                          clusters: Iterable[str] | None = None, complete_only: bool = True,
-                         fetch_wait_ms: int = 200) -> ExportReport:
-    """Write the journal on ``bootstrap`` (topic prefix ``prefix``) to ``out`` as JSON lines."""
+                         fetch_wait_ms: int = 200,
+                         seal_check: SealCheck | None = None) -> ExportReport:
+    """Write the journal on ``bootstrap`` (topic prefix ``prefix``) to ``out`` as JSON lines.
+
+    ``seal_check``: refuse records whose worker seal does not verify (None: unchecked).
+    """
     journal = topic(JOURNAL, prefix)
     wanted = set(clusters) if clusters else None
-    report = ExportReport()
+    report = ExportReport(seals_checked=seal_check is not None)
     consumer = reader(bootstrap, fetch_wait_ms, "allot-export")
     await consumer.start()
     out_path = Path(out)
@@ -74,7 +91,7 @@ async def export_journal(bootstrap: str, out: str | Path, prefix: str = "",
             report.partitions += 1
             spool = Path(spool_dir) / f"p{p}.jsonl"
             groups = await _spool_partition(consumer, journal, p, spool, wanted, complete_only,
-                                            report)
+                                            report, seal_check)
             spools.append((spool, groups))
     finally:
         await consumer.stop()
@@ -106,9 +123,11 @@ def _keyed(i: int, groups: list[_Group]) -> Iterator[tuple[int, int, _Group]]:
 
 async def _spool_partition(consumer: object, journal: str, p: int, spool: Path,
                            wanted: set[str] | None, complete_only: bool,
-                           report: ExportReport) -> list[_Group]:
+                           report: ExportReport,
+                           seal_check: SealCheck | None = None) -> list[_Group]:
     """Write partition ``p``'s kept records to ``spool`` group by group; return the groups."""
     fence = Fence()
+    gate = SealGate(seal_check) if seal_check is not None else None
     fold = PartitionFold(p) if complete_only else None
     seen: set[str] = set()
     groups: list[_Group] = []
@@ -137,6 +156,13 @@ async def _spool_partition(consumer: object, journal: str, p: int, spool: Path,
                         rec = journal_record(msg)
                     except BadJournalRecord:
                         report.unreadable += 1
+                        continue
+                    if gate is not None and not gate.admit(p, rec.kind, rec.owner,
+                                                           rec.inbox_offset, rec.value, rec.seal):
+                        # Before the fence and the fold: a forged claim moves neither.
+                        report.forged += 1
+                        if len(report.forged_at) < 20:
+                            report.forged_at.append(f"{p}:{rec.offset}")
                         continue
                     if fold is not None:
                         fold.add(rec)
@@ -172,6 +198,10 @@ async def _spool_partition(consumer: object, journal: str, p: int, spool: Path,
                     buf += line
                     report.events += 1
         close_group()
+    if gate is not None:
+        report.sealed += gate.verified
+        report.legacy += gate.legacy
+        report.unsealed += gate.unsealed_before
     if fold is not None:
         drop: list[int] = []
         for cluster, missing in fold.finish().items():

@@ -12,6 +12,11 @@ catch up and shortens it at the end; whenever a fetch comes back empty while
 the partition holds more, it lengthens the wait again. Seeking to "the end"
 uses ``end_offsets`` only as a lower bound (Tansu answers the last batch's
 base offset + 1).
+
+With a ``seal_check`` (``identity.journal_seal.SealCheck``), a record whose
+worker seal does not verify counts for nothing, before the fence (so a forged
+claim cannot fence the real owner out of the reader's view); ``forged``
+counts them.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from events import MalformedEvent, decode
+from identity.journal_seal import LEGACY, OK, SealCheck, SealGate
 from streams.config import kafka_client_options
 from streams.errors import ClientError
 from streams.records import KIND_CLAIM, BadJournalRecord, Fence, JournalRecord, parse_journal
@@ -58,7 +64,8 @@ class JournalTail:
 
     def __init__(self, bootstrap: str, journal_topic: str, partition: int, *,
                  start: str = "begin", tail_wait_ms: int = TAIL_WAIT_MS,
-                 bulk_wait_ms: int = BULK_WAIT_MS, client_id: str = "allot-tail") -> None:
+                 bulk_wait_ms: int = BULK_WAIT_MS, client_id: str = "allot-tail",
+                 seal_check: SealCheck | None = None) -> None:
         if start not in ("begin", "end"):
             raise ValueError("start must be 'begin' or 'end'")
         self.bootstrap = bootstrap
@@ -78,6 +85,7 @@ class JournalTail:
         self._target = 0             # end_offsets at start (a lower bound of the real end)
         self.duplicates = 0
         self.unreadable = 0
+        self._gate = SealGate(seal_check) if seal_check is not None else None
 
     async def start(self) -> None:
         c = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
@@ -140,12 +148,26 @@ class JournalTail:
                     pos = m.offset + 1
                     if _kind(m.headers) == KIND_CLAIM.encode():
                         with contextlib.suppress(BadJournalRecord):
-                            found = parse_journal(m.partition, m.offset, m.value, m.headers)
+                            claim = parse_journal(m.partition, m.offset, m.value, m.headers)
+                            if self._claim_sealed(claim):
+                                found = claim
             if found is not None:
                 return found
             hi = lo
             width *= 4
         return None
+
+    @property
+    def forged(self) -> int:
+        """Records refused because no worker sealed them (0 without a seal check)."""
+        return self._gate.forged if self._gate is not None else 0
+
+    def _claim_sealed(self, rec: JournalRecord) -> bool:
+        """Whether a claim found reading backwards may set the fence: a worker sealed it."""
+        if self._gate is None:
+            return True
+        return self._gate.check.verdict(rec.partition, rec.kind, rec.owner, rec.inbox_offset,
+                                        rec.value, rec.seal) in (OK, LEGACY)
 
     def _caught_up(self) -> None:
         if not self.caught_up:
@@ -179,6 +201,9 @@ class JournalTail:
                 rec = parse_journal(m.partition, m.offset, m.value, m.headers)
             except BadJournalRecord:
                 self.unreadable += 1
+                continue
+            if self._gate is not None and not self._gate.admit(
+                    rec.partition, rec.kind, rec.owner, rec.inbox_offset, rec.value, rec.seal):
                 continue
             if not self.fence.admit(rec):
                 continue

@@ -51,7 +51,7 @@ def signature(value: bytes, key: bytes) -> str:
 
 def sign_headers(value: bytes, principal: str, key: bytes) -> list[tuple[str, bytes]]:
     """The three headers that sign ``value`` as ``principal`` with private key ``key``."""
-    kid = keys.key_id(keys.public_of(key))
+    kid = keys.secret_key_id(key)
     return [(HEADER_SIGNER, principal.encode()), (HEADER_KEY_ID, kid.encode()),
             (HEADER_SIGNATURE, signature(value, key).encode())]
 
@@ -64,16 +64,34 @@ def signature_headers(headers: Headers | None) -> list[tuple[str, bytes]]:
 class Keyring:
     """Principal -> Ed25519 public key. Immutable once built; ``with_key`` returns a new one."""
 
-    __slots__ = ("_keys",)
+    __slots__ = ("_ids", "_keys")
 
     def __init__(self, keys_: Mapping[str, Ed25519PublicKey] | None = None) -> None:
         self._keys: dict[str, Ed25519PublicKey] = dict(keys_ or {})
+        # principal -> key id, computed once (verify needs it for every record a configured
+        # signer, such as the ticker, signs).
+        self._ids: dict[str, str] = {p: keys.key_id(k) for p, k in self._keys.items()}
+
+    def key_id(self, principal: str) -> str | None:
+        return self._ids.get(principal)
 
     def key(self, principal: str) -> Ed25519PublicKey | None:
         return self._keys.get(principal)
 
     def with_key(self, principal: str, key: Ed25519PublicKey) -> Keyring:
         return Keyring({**self._keys, principal: key})
+
+    def other_key(self, principal: str, kid: str) -> Ed25519PublicKey | None:
+        """A further configured key of ``principal`` with id ``kid``: an entry ``principal@label``.
+
+        How a configured key is rotated (docs/live.md): the old public key stays
+        as ``allot.ticker@2026-12`` while records it signed are still checked.
+        """
+        prefix = principal + "@"
+        for name, key in self._keys.items():
+            if name.startswith(prefix) and self._ids[name] == kid:
+                return key
+        return None
 
     def __contains__(self, principal: object) -> bool:
         return principal in self._keys
@@ -188,10 +206,15 @@ def verify(value: bytes, headers: Headers | None, keyring: Keyring,
     key = keyring.key(signer)
     if key is None:
         return Verdict(None, UNKNOWN_SIGNER, f"no key for signer {signer[:80]!r}")
-    own = keys.key_id(key)
-    # A key id naming another key than the signer's configured one: not this key's signature.
+    own = keyring.key_id(signer) or keys.key_id(key)
     if kid is not None and kid != own:
-        return Verdict(None, BAD_SIGNATURE, f"key id {kid[:40]!r} is not {signer[:80]!r}'s key")
+        # Another configured key of the signer (``signer@label``: a rotated one), or none:
+        # a key id naming another key than the signer's is not this key's signature.
+        other = keyring.other_key(signer, kid)
+        if other is None:
+            return Verdict(None, BAD_SIGNATURE,
+                           f"key id {kid[:40]!r} is not {signer[:80]!r}'s key")
+        key, own = other, kid
     if sig_b is None or not keys.verify(value, sig_b, key):
         return Verdict(None, BAD_SIGNATURE, f"not {signer[:80]!r}'s signature")
     if registry is not None and registry.retired_why(own) is not None:

@@ -56,7 +56,7 @@ import native
 from events import ClockTicked, Event, encode, tag_of
 from events.errors import AllotError
 from events.limits import MAX_RECORD_BYTES
-from identity.journal_seal import HEADER_SEAL, SealCheck, seal
+from identity.journal_seal import HEADER_SEAL, SealCheck, seal, seal_records, trusted_keys
 from identity.keys import public_from_hex, public_of
 from scheduler import Engine
 from streams import logs, processor, snapshots, topics
@@ -193,7 +193,9 @@ class Worker:
             self.keyring = self.keyring.with_key(settings.admin_principal,
                                                  public_from_hex(settings.admin_public_key))
         # Seals on every journal record this worker writes, checked on every fold.
-        self._seal_check = SealCheck(key) if settings.journal_seals else None
+        # (Ed25519 under the workers' key; the secret also checks the HMAC seals of old journals.)
+        self._seal_check = SealCheck(trusted_keys(self.keyring, settings.ticker_principal),
+                                     secret=key) if settings.journal_seals else None
         self.clock = VirtualClock(settings.time_scale)
         self.partitions = 0
         self.owned: dict[int, PartitionState] = {}
@@ -600,12 +602,21 @@ class Worker:
     def _sealed(self, p: int, value: bytes,
                 headers: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
         """``headers`` with this worker's seal of the record (identity.journal_seal)."""
+        return self._sealed_all(p, [(value, headers)])[0]
+
+    def _sealed_all(self, p: int, records: list[tuple[bytes, list[tuple[str, bytes]]]]
+                    ) -> list[list[tuple[str, bytes]]]:
+        """Each record's headers with its seal: one signature per chunk of records written together."""
         if self._seal_check is None:
-            return headers
-        h = dict(headers)
-        inbox = h.get(HEADER_INBOX_OFFSET)
-        return [*headers, seal(self.key, p, h[HEADER_KIND].decode(), h[HEADER_OWNER].decode(),
-                               int(inbox) if inbox is not None else None, value)]
+            return [h for _, h in records]
+        what = []
+        for value, headers in records:
+            h = dict(headers)
+            inbox = h.get(HEADER_INBOX_OFFSET)
+            what.append((h[HEADER_KIND].decode(), h[HEADER_OWNER].decode(),
+                         int(inbox) if inbox is not None else None, value))
+        seals = seal_records(self.key, p, what)
+        return [[*headers, s] for (_, headers), s in zip(records, seals, strict=True)]
 
     def _health(self) -> dict[str, Any]:
         return {"worker": self.name, "partitions": sorted(self.owned),
@@ -1016,10 +1027,10 @@ class Worker:
                 if not records:
                     continue
                 lst = futs.setdefault(p, [])
-                for i, (cluster, value, headers) in enumerate(records):
+                sealed = self._sealed_all(p, [(value, headers) for _, value, headers in records])
+                for i, (cluster, value, _) in enumerate(records):
                     lst.append(await producer.send(self.journal, value, key=cluster.encode(),
-                                                   partition=p,
-                                                   headers=self._sealed(p, value, headers)))
+                                                   partition=p, headers=sealed[i]))
                     self._sends += 1
                     mid_group = i + 1 < len(records) \
                         and records[i + 1][2][0][1] == KIND_DECISION.encode()

@@ -66,7 +66,11 @@ def test_signed_inputs_are_journaled_with_their_signature_and_verify_later(live:
     assert report.failed == 0 and report.verified >= 1
     assert report.by_signer.get("admin") == 1
     # Another auditor's keyring with a different admin key: the same journal fails to verify.
-    other = signing.Keyring({"admin": keys.public_of(b"someone-else"),
-                             "allot.ticker": keys.public_of(b"x")})
+    assert report.ok and report.forged == 0 and report.sealed == report.records
+    other = ring.with_key("admin", keys.public_of(b"someone-else"))
     bad = live.bg.run(verify_journal(live.bootstrap, other, live.prefix))
-    assert bad.failed >= 1
+    assert bad.failed >= 1 and not bad.ok
+    # A keyring naming another worker key: no record of this journal is a worker's.
+    stranger = ring.with_key("allot.ticker", keys.public_of(b"x"))
+    none = live.bg.run(verify_journal(live.bootstrap, stranger, live.prefix))
+    assert none.forged == none.records > 0 and none.sealed == 0 and not none.ok
