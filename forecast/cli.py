@@ -14,7 +14,7 @@ from rich.markup import escape
 
 from events import MalformedEvent
 from events.errors import AllotError
-from forecast.simulate import Assumptions, ForecastError, forecast
+from forecast.simulate import Assumptions, ForecastError, forecast_many
 
 
 class ForecastCliError(AllotError):
@@ -46,19 +46,20 @@ def _run(args: argparse.Namespace) -> int:
         raise ForecastCliError(f"{args.log}: {exc}") from exc
     a = Assumptions(assumed_runtime_s=args.assume_runtime, overrun_s=args.overrun,
                     horizon_s=args.horizon)
+    w = engine.state.workloads.all.get(args.workload)
+    kind = w.kind if w is not None else ""
     t0 = time.perf_counter()
     try:
-        f = forecast(engine, args.workload, None, a)
+        # The folded engine is this command's own: simulate on it rather than on a copy
+        # (a month's state takes a second to copy), so it is consumed here.
+        f = forecast_many(engine.state, (args.workload,), None, a, copy=False)[args.workload]
     except ForecastError as exc:
         raise ForecastCliError(str(exc)) from None
     dt = time.perf_counter() - t0
     if args.record is not None:
-        from forecast.score import ForecastRecord
+        from forecast.record import record_of, write_records
 
-        w = engine.state.workloads.all[args.workload]
-        rec = ForecastRecord(workload=f.workload, kind=w.kind, made_at=f.now, start=f.start)
-        with args.record.open("ab") as fh:
-            fh.write(msgspec.json.encode(rec) + b"\n")
+        write_records(args.record, [record_of(f, kind, "cli")], append=True)
     if args.json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(f)).decode() + "\n")
         return 0
