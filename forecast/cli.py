@@ -70,7 +70,8 @@ def _run(args: argparse.Namespace) -> int:
     if f.status == "beyond_horizon":
         con.print(f"[bold]{escape(f.workload)}[/]: does not start within "
                   f"{a.horizon_s / 86_400:g} days under these assumptions"
-                  + (f"; blocked by {escape(f.blocked_by)}" if f.blocked_by else ""))
+                  + (f"; blocked by {escape(f.blocked_by)}" if f.blocked_by else "")
+                  + (f" ({escape(f.unplaceable)})" if f.unplaceable else ""))
         return 0
     con.print(f"[bold]{escape(f.workload)}[/]: estimated start {_when(f.start or 0)}, in "
               f"{(f.wait_s or 0) / 3600:.1f} h, on {escape(', '.join(f.placement))}")
