@@ -1,11 +1,15 @@
 """Forecast benchmarks: latency of one forecast at 2,000 pending, and error on ai2-month.
 
-    .venv/bin/python benchmarks/bench_forecast.py latency            # 2,000 pending, 1,024 GPUs
+    .venv/bin/python benchmarks/bench_forecast.py latency [--runs 5]   # 2,000 pending, 1,024 GPUs
     .venv/bin/python benchmarks/bench_forecast.py accuracy [SCENARIO] [--sample 0.02] [--out DIR]
 
 latency: a 128-host cluster full of running work (expected durations 1-8 h),
-2,000 pending workloads of 1-64 GPUs across 15 teams; the forecast of the
-workload at the back of the queue and of one in the middle, best of 3.
+2,000 pending workloads of 1-64 GPUs across 15 teams, under the default
+``preemption_rule = "reclaim"`` and under ``"fair_share"``; the forecast of the
+workload at the back of the queue, in the middle and near the front: the
+median of ``--runs``, each run interleaved with one of the reference code
+(``forecast/simulate.py`` as of ``REFERENCE``, from git) on the same engine,
+so both see the same load; their ratio, and whether both answer the same.
 accuracy: simulates SCENARIO (default ai2-month) under allot with the forecast
 recorder on (forecast/record.py): at each submission in a seeded sample
 (``--sample`` of them, chosen by a hash of the seed and the workload id) the
@@ -18,10 +22,19 @@ per kind, work that never started counted apart and at a lower bound.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import random
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import msgspec
 
 from events.factory import Inputs
 from forecast.simulate import forecast
@@ -30,12 +43,12 @@ from scheduler import Engine
 T0 = 1_767_225_600
 
 
-def build(pending: int = 2000, hosts: int = 128, seed: int = 1) -> Engine:
+def build(pending: int = 2000, hosts: int = 128, seed: int = 1, rule: str = "reclaim") -> Engine:
     rng = random.Random(seed)
     eng = Engine("bench")
     mk = Inputs(cluster="bench", prefix="b")
     eng.process(mk.tick(T0, cycle=False))
-    for e in (mk.policy(at=T0), mk.node("lab", managers=("admin",), at=T0)):
+    for e in (mk.policy(at=T0, preemption_rule=rule), mk.node("lab", managers=("admin",), at=T0)):
         eng.process(e)
     teams = [f"lab/t{i:02d}" for i in range(15)]
     for t in teams:
@@ -55,26 +68,68 @@ def build(pending: int = 2000, hosts: int = 128, seed: int = 1) -> Engine:
     return eng
 
 
-def latency() -> dict[str, object]:
-    eng = build()
-    n = len([w for w in eng.state.workloads.all.values() if w.status == "pending"])
-    out: dict[str, object] = {"pending": n, "running": len(eng.state.workloads.running)}
-    for name in ("p1999", "p1000", "p10"):
-        best = float("inf")
-        for _ in range(3):
-            t0 = time.perf_counter()
-            f = forecast(eng, name)
-            best = min(best, time.perf_counter() - t0)
-        out[name] = {"seconds": round(best, 3), "status": f.status, "wait_h":
-                     None if f.wait_s is None else round(f.wait_s / 3600, 2), "cycles": f.cycles}
+# The forecast code latency is compared with, timed in the same run (the load varies).
+REFERENCE = "5fa6efe"
+
+
+def reference_module(commit: str = REFERENCE) -> ModuleType | None:
+    """``forecast/simulate.py`` as of ``commit`` (from git), importable beside today's; None without git."""
+    try:
+        src = subprocess.run(["git", "show", f"{commit}:forecast/simulate.py"], check=True,
+                             capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    path = Path(tempfile.mkdtemp()) / "forecast_simulate_reference.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("forecast_simulate_reference", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _timed(fn: Callable[..., object], *args: object) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return time.perf_counter() - t0, out
+
+
+def latency(runs: int = 5) -> dict[str, object]:
+    """Median of ``runs`` forecasts per target and rule, today's code and the reference interleaved."""
+    ref = reference_module()
+    out: dict[str, object] = {"runs": runs, "reference": REFERENCE if ref else None}
+    for rule, names in (("reclaim", ("p1999", "p1000", "p10")), ("fair_share", ("p1999", "p1000"))):
+        eng = build(rule=rule)
+        n = len([w for w in eng.state.workloads.all.values() if w.status == "pending"])
+        doc: dict[str, object] = {"pending": n, "running": len(eng.state.workloads.running)}
+        for name in names:
+            new_s: list[float] = []
+            old_s: list[float] = []
+            f = old = None
+            for _ in range(runs):
+                dt, f = _timed(forecast, eng, name)
+                new_s.append(dt)
+                if ref is not None:
+                    dt, old = _timed(ref.forecast, eng, name)
+                    old_s.append(dt)
+            assert f is not None
+            row: dict[str, object] = {
+                "seconds": round(statistics.median(new_s), 3), "status": f.status,  # type: ignore[attr-defined]
+                "wait_h": None if f.wait_s is None else round(f.wait_s / 3600, 2),  # type: ignore[attr-defined]
+                "cycles": f.cycles}  # type: ignore[attr-defined]
+            if ref is not None:
+                row["reference_seconds"] = round(statistics.median(old_s), 3)
+                row["ratio"] = round(statistics.median(new_s) / statistics.median(old_s), 3)
+                # The same answer as the reference, field by field.
+                row["same_answer"] = msgspec.to_builtins(f) == msgspec.to_builtins(old)
+            doc[name] = row
+        out[rule] = doc
     return out
 
 
 def accuracy(scenario_path: str, rate: float, seed: int, out_dir: str,
              progress: bool = True) -> dict[str, object]:
     """Simulate ``scenario_path`` under allot with the forecast recorder on; score in the audit."""
-    from pathlib import Path
-
     from audit.database import open_db
     from audit.forecasts import load_forecasts, summary
     from audit.load import load
@@ -122,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="what", required=True)
-    sub.add_parser("latency")
+    lat = sub.add_parser("latency", help="one forecast at 2,000 pending, against the reference")
+    lat.add_argument("--runs", type=int, default=5, help="forecasts per target (median; default 5)")
     a = sub.add_parser("accuracy", help="forecast error at submission on a simulated scenario")
     a.add_argument("scenario", nargs="?", default="scenarios/ai2-month.toml")
     a.add_argument("--sample", type=float, default=0.02, metavar="RATE",
@@ -131,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--out", default="out/bench_forecast", metavar="DIR",
                    help="events.jsonl, forecasts.jsonl and audit.duckdb go here")
     args = p.parse_args(argv)
-    doc = latency() if args.what == "latency" else accuracy(args.scenario, args.sample, args.seed,
+    doc = latency(args.runs) if args.what == "latency" else accuracy(args.scenario, args.sample, args.seed,
                                                            args.out)
     json.dump(doc, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
