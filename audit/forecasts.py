@@ -23,8 +23,9 @@ run's events say happened:
 
 ``summary(con, run)``: per kind and over all kinds, the counts of each outcome
 and the median / p90 absolute error over the scored forecasts, then over the
-scored and never-started ones (the latter at their lower bound), both with
-DuckDB's ``quantile_cont`` (linear interpolation, as forecast/score.py).
+scored and never-started ones (the latter at their lower bound), then over the
+scored forecasts that said the work would wait (start after ``made_at``), all
+with DuckDB's ``quantile_cont`` (linear interpolation, as forecast/score.py).
 """
 
 from __future__ import annotations
@@ -118,17 +119,23 @@ def summary(con: duckdb.DuckDBPyConnection, run: str) -> dict[str, dict[str, Any
     # Never-started work at the lower bound of its error (NULL when it had no forecast start).
     lower = ("quantile_cont(coalesce(abs_error_s, abs_error_lower_s), {q}) "
              "FILTER (WHERE outcome IN ('scored', 'never_started'))")
+    # Work the forecast said would wait (most starts at once, and those forecasts are easy).
+    waited = "outcome = 'scored' AND forecast_start > made_at"
     rows = con.execute(f"""
         SELECT coalesce(kind, 'all') AS k, count(*) AS forecasts, {counts},
                {scored.format(q=0.5)}, {scored.format(q=0.9)},
                {lower.format(q=0.5)}, {lower.format(q=0.9)},
-               median(error_s) FILTER (WHERE outcome = 'scored')
+               median(error_s) FILTER (WHERE outcome = 'scored'),
+               count(*) FILTER (WHERE {waited}),
+               quantile_cont(abs_error_s, 0.5) FILTER (WHERE {waited}),
+               quantile_cont(abs_error_s, 0.9) FILTER (WHERE {waited})
         FROM forecast_errors WHERE run = ?
         GROUP BY GROUPING SETS ((kind), ())
         ORDER BY kind IS NULL, kind""", [run]).fetchall()
     keys = ("forecasts", *OUTCOMES, "p50_abs_error_s", "p90_abs_error_s",
             "p50_abs_error_with_never_started_s", "p90_abs_error_with_never_started_s",
-            "median_error_s")
+            "median_error_s", "scored_waiting", "p50_abs_error_waiting_s",
+            "p90_abs_error_waiting_s")
     return {r[0]: dict(zip(keys, r[1:], strict=True)) for r in rows if r[1]}
 
 
@@ -160,13 +167,15 @@ def _run(args: argparse.Namespace) -> int:
         print(f"run {args.run} has no forecasts (load them: allot audit forecasts FILE --run NAME)")
         return 0
     print("kind         forecasts  scored  never started  no start  p50 |err|  p90 |err|  "
-          "p50 / p90 with never-started (lower bound)")
+          "with never-started (lower bound)  forecast to wait: n, p50, p90")
     for k, r in doc.items():
         print(f"{k:<12} {r['forecasts']:>9,} {r['scored']:>7,} {r['never_started']:>14,} "
               f"{r['no_start_forecast']:>9,} {_duration(r['p50_abs_error_s']):>10} "
               f"{_duration(r['p90_abs_error_s']):>10}  "
-              f"{_duration(r['p50_abs_error_with_never_started_s'])} / "
-              f"{_duration(r['p90_abs_error_with_never_started_s'])}")
+              f"{_duration(r['p50_abs_error_with_never_started_s']):>15} / "
+              f"{_duration(r['p90_abs_error_with_never_started_s']):<15}  "
+              f"{r['scored_waiting']:,}, {_duration(r['p50_abs_error_waiting_s'])}, "
+              f"{_duration(r['p90_abs_error_waiting_s'])}")
     return 0
 
 

@@ -103,6 +103,9 @@ def test_the_summary_agrees_with_the_python_scorer(db, tmp_path: Path) -> None: 
     # Never-started work counts at its lower bound in the second pair of figures.
     assert s["eval"]["p50_abs_error_with_never_started_s"] == 900.0
     assert s["all"]["forecasts"] == 5 and s["all"]["unknown_workload"] == 1
+    # Both a2 forecasts said it would wait: the "forecast to wait" figures are theirs.
+    assert s["training"]["scored_waiting"] == 2
+    assert s["training"]["p50_abs_error_waiting_s"] == 450.0
 
 
 def test_a_run_keeps_its_forecasts_unless_replaced(db, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
