@@ -34,9 +34,11 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import duckdb
+import msgspec
 
 from audit.errors import AuditError, RunExists, UnknownRun
 
@@ -74,6 +76,36 @@ class ForecastLoadError(AuditError):
     """A forecast file that cannot be loaded (unreadable, a bad line)."""
 
 
+class ForecastLine(msgspec.Struct, frozen=True):
+    """One line of a forecast file, as the audit reads it (written as forecast.score.ForecastRecord:
+    the audit does not import the forecast package, so it states the fields it needs)."""
+
+    workload: str
+    kind: str
+    made_at: int
+    start: int | None
+    status: str = "pending"
+    not_before: int | None = None
+    source: str = ""
+
+
+def read_forecast_lines(path: str | os.PathLike[str]) -> list[ForecastLine]:
+    """The lines of a forecast file; ``ForecastLoadError`` names the first bad one."""
+    dec = msgspec.json.Decoder(ForecastLine)
+    out: list[ForecastLine] = []
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ForecastLoadError(f"{path}: {exc.strerror or exc}") from None
+    for n, line in enumerate(data.splitlines(), 1):
+        if line.strip():
+            try:
+                out.append(dec.decode(line))
+            except msgspec.DecodeError as exc:
+                raise ForecastLoadError(f"{path}:{n}: not a forecast record: {exc}") from None
+    return out
+
+
 def ensure_forecast_view(con: duckdb.DuckDBPyConnection) -> None:
     """Create the ``forecasts`` table if missing and (re)create the ``forecast_errors`` view."""
     con.execute(_TABLE)
@@ -86,14 +118,9 @@ def load_forecasts(con: duckdb.DuckDBPyConnection, path: str | os.PathLike[str],
 
     A run that already has forecasts is replaced only with ``replace``.
     """
-    from forecast.record import ForecastRecordError, read_records
-
     if not con.execute("SELECT count(*) FROM events WHERE run = ?", [run]).fetchone()[0]:  # type: ignore[index]
         raise UnknownRun(run)
-    try:
-        records = read_records(path)
-    except (ForecastRecordError, OSError) as exc:
-        raise ForecastLoadError(str(exc)) from None
+    records = read_forecast_lines(path)
     ensure_forecast_view(con)
     had = con.execute(f"SELECT count(*) FROM {FORECASTS} WHERE run = ?", [run]).fetchone()[0]  # type: ignore[index]
     if had and not replace:
@@ -203,9 +230,11 @@ def add_parser(audit_sub: argparse._SubParsersAction) -> None:  # type: ignore[t
 __all__ = [
     "FORECASTS",
     "OUTCOMES",
+    "ForecastLine",
     "ForecastLoadError",
     "add_parser",
     "ensure_forecast_view",
     "load_forecasts",
+    "read_forecast_lines",
     "summary",
 ]

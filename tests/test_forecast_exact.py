@@ -7,7 +7,7 @@ import pytest
 from events import WorkloadStarted
 from events.factory import Inputs
 from forecast.score import ForecastRecord, first_starts, score
-from forecast.simulate import Assumptions, ForecastError, forecast, forecast_for
+from forecast.simulate import Assumptions, ForecastError, forecast, forecast_for, forecast_many
 from scheduler import Engine
 
 T0 = 1_767_225_600
@@ -97,8 +97,6 @@ def test_first_starts_reads_the_journal() -> None:
 
 
 def test_a_gang_the_healthy_hosts_cannot_hold_is_answered_without_simulating() -> None:
-    from forecast.simulate import _simulate
-
     eng, mk = _cluster()
     eng.process(mk.submit("a1", "lab/a", 8, 600, at=T0, expected_duration_s=3600))
     _start_all(eng, mk, T0 + 1)
@@ -108,9 +106,10 @@ def test_a_gang_the_healthy_hosts_cannot_hold_is_answered_without_simulating() -
     assert f.status == "beyond_horizon" and f.start is None and f.cycles == 0
     assert f.unplaceable is not None and "1" in f.unplaceable
     # The plain path, simulated through the horizon, says the same.
-    plain = _simulate(eng.state, True, {"gang": f.blocked_by}, T0 + 1,
-                      Assumptions(horizon_s=86_400))["gang"]
-    assert (plain.status, plain.start) == (f.status, f.start) and plain.cycles > 0
+    plain = forecast_many(eng.state, ("gang",), assumptions=Assumptions(horizon_s=86_400),
+                          shortcuts=False)["gang"]
+    assert (plain.status, plain.start, plain.blocked_by) == (f.status, f.start, f.blocked_by)
+    assert plain.cycles > 0 and plain.unplaceable is None
 
 
 def test_a_gang_that_fits_the_healthy_hosts_is_simulated() -> None:
