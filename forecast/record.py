@@ -3,7 +3,7 @@
 A forecast is not a decision: it never enters the journal, and recording one
 changes nothing the core does. Records (``score.ForecastRecord``) go to a
 JSON-lines side file that ``allot audit forecasts`` loads next to the run's
-events (audit/forecasts.py, view ``forecast_errors``). Two producers:
+events (audit/forecasts.py reads it, view ``forecast_errors``). Two producers:
 
 - the simulator, at each submission (or a seeded sample of them,
   ``SubmissionForecasts``): the forecast start of the new workload as of its
@@ -22,7 +22,6 @@ import hashlib
 import os
 import threading
 from collections.abc import Iterable
-from pathlib import Path
 
 import msgspec
 
@@ -33,10 +32,6 @@ from scheduler.state import State
 RECORD_ENV = "ALLOT_FORECAST_RECORD"   # the live API appends what it serves to this file
 
 _append_lock = threading.Lock()   # the state API's HTTP threads may append at once
-
-
-class ForecastRecordError(ValueError):
-    """A forecast record file that cannot be read (the line says where)."""
 
 
 def chosen(workload: str, rate: float, seed: int) -> bool:
@@ -92,20 +87,6 @@ def write_records(path: str | os.PathLike[str], records: Iterable[ForecastRecord
         fh.write(data)
 
 
-def read_records(path: str | os.PathLike[str]) -> list[ForecastRecord]:
-    """The records of a JSON-lines file; ``ForecastRecordError`` names a bad line."""
-    dec = msgspec.json.Decoder(ForecastRecord)
-    out: list[ForecastRecord] = []
-    for n, line in enumerate(Path(path).read_bytes().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(dec.decode(line))
-        except msgspec.DecodeError as exc:
-            raise ForecastRecordError(f"{path}:{n}: not a forecast record: {exc}") from None
-    return out
-
-
 def record_served(forecasts: Iterable[Forecast], kinds: dict[str, str]) -> None:
     """Append forecasts the live API served to ``$ALLOT_FORECAST_RECORD`` (if set)."""
     path = os.environ.get(RECORD_ENV)
@@ -115,5 +96,5 @@ def record_served(forecasts: Iterable[Forecast], kinds: dict[str, str]) -> None:
                          if f.status != "running"), append=True)
 
 
-__all__ = ["RECORD_ENV", "ForecastRecordError", "SubmissionForecasts", "chosen", "read_records",
-           "record_of", "record_served", "write_records"]
+__all__ = ["RECORD_ENV", "SubmissionForecasts", "chosen", "record_of", "record_served",
+           "write_records"]

@@ -4,18 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
+from audit.forecasts import ForecastLoadError, read_forecast_lines
 from events import WorkloadSubmitted, encode_lines
 from forecast.live import forecast_json, queue_forecasts
-from forecast.record import (
-    RECORD_ENV,
-    ForecastRecordError,
-    SubmissionForecasts,
-    chosen,
-    read_records,
-    write_records,
-)
+from forecast.record import RECORD_ENV, SubmissionForecasts, chosen, write_records
 from forecast.score import ForecastRecord
 from simulator.driver import Simulation
 from simulator.scenario import load_scenario
@@ -61,10 +56,12 @@ def test_records_round_trip_and_a_bad_line_is_named(tmp_path: Path) -> None:
     path = tmp_path / "f.jsonl"
     write_records(path, recs[:1])
     write_records(path, recs[1:], append=True)
-    assert read_records(path) == recs
+    # The audit reads back every field the recorder wrote.
+    assert [msgspec.to_builtins(r) for r in read_forecast_lines(path)] == \
+        [msgspec.to_builtins(r) for r in recs]
     path.write_bytes(path.read_bytes() + b'{"workload": 3}\n')
-    with pytest.raises(ForecastRecordError, match=r"f\.jsonl:3"):
-        read_records(path)
+    with pytest.raises(ForecastLoadError, match=r"f\.jsonl:3"):
+        read_forecast_lines(path)
 
 
 def test_the_live_api_records_what_it_serves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -75,7 +72,7 @@ def test_the_live_api_records_what_it_serves(tmp_path: Path, monkeypatch: pytest
     one = forecast_json(eng.state, pending[0])
     assert one is not None
     queue_forecasts(eng.state, [*pending[:3], "run0"])
-    got = read_records(path)
+    got = read_forecast_lines(path)
     # One for the explanation, three for the queue's rows; the running one is not a forecast.
     assert [r.workload for r in got] == [pending[0], *pending[:3]]
     assert got[0].start == one["start"] and got[0].made_at == one["now"]
