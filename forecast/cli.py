@@ -56,7 +56,7 @@ def _run(args: argparse.Namespace) -> int:
     except ForecastError as exc:
         raise ForecastCliError(str(exc)) from None
     dt = time.perf_counter() - t0
-    if args.record is not None:
+    if args.record is not None and f.status != "running":  # (already started: not a forecast)
         from forecast.record import record_of, write_records
 
         write_records(args.record, [record_of(f, kind, "cli")], append=True)
@@ -106,7 +106,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="look this far ahead at most (default 14d)")
     p.add_argument("--record", type=Path, metavar="FILE",
                    help="append the forecast to FILE (JSON lines) to score it later "
-                        "(forecast/score.py)")
+                        "(allot audit forecasts; not for work already running)")
     p.add_argument("--json", action="store_true", help="print the forecast as JSON")
     p.set_defaults(func=_run)
 
