@@ -88,3 +88,22 @@ def test_the_live_api_records_nothing_unless_asked(tmp_path: Path,
     pending = [w.id for w in eng.state.workloads.all.values() if w.status == "pending"]
     assert forecast_json(eng.state, pending[0]) is not None
     assert list(tmp_path.iterdir()) == []
+
+
+def test_allot_forecast_record_appends_what_it_printed(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from tests.test_forecast_audit import T0, _journal
+
+    log = _journal(tmp_path)
+    out = tmp_path / "mine.jsonl"
+    argv = [sys.executable, "-m", "allot", "forecast", "a2", "--log", str(log), "--at", str(T0 + 1),
+            "--record", str(out)]
+    shown = json.loads(subprocess.run([*argv, "--json"], capture_output=True, text=True,
+                                      check=True).stdout)
+    subprocess.run(argv, capture_output=True, check=True)
+    got = read_forecast_lines(out)
+    assert len(got) == 2 and {r.start for r in got} == {shown["start"]} == {T0 + 1 + 3600}
+    assert got[0].made_at == T0 + 1 and got[0].kind == "training" and got[0].source == "cli"
