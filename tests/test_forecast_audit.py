@@ -23,7 +23,7 @@ T0 = 1_767_225_600
 H = 3600
 
 
-def _journal(tmp_path: Path) -> Path:
+def small_journal(tmp_path: Path) -> Path:
     """Two hosts full until T0+1h / T0+3h; a2 and b2 wait for them; c is cancelled unstarted."""
     eng = Engine("c")
     mk = Inputs(cluster="c", prefix="t")
@@ -71,7 +71,7 @@ def _records(tmp_path: Path) -> tuple[Path, list[ForecastRecord]]:
 @pytest.fixture
 def db(tmp_path: Path):  # type: ignore[no-untyped-def]
     con = open_db(tmp_path / "a.duckdb")
-    load_log(con, _journal(tmp_path), "r")
+    load_log(con, small_journal(tmp_path), "r")
     yield con
     con.close()
 
@@ -125,7 +125,7 @@ def test_forecasts_need_the_run_loaded_first(db, tmp_path: Path) -> None:  # typ
 
 def test_the_cli_loads_and_prints_json(tmp_path: Path) -> None:
     con = open_db(tmp_path / "a.duckdb")
-    load_log(con, _journal(tmp_path), "r")
+    load_log(con, small_journal(tmp_path), "r")
     con.close()
     path, _ = _records(tmp_path)
     out = subprocess.run([sys.executable, "-m", "allot", "audit", "forecasts", str(path), "--run",

@@ -95,9 +95,9 @@ def test_allot_forecast_record_appends_what_it_printed(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from tests.test_forecast_audit import T0, _journal
+    from tests.test_forecast_audit import T0, small_journal
 
-    log = _journal(tmp_path)
+    log = small_journal(tmp_path)
     out = tmp_path / "mine.jsonl"
     argv = [sys.executable, "-m", "allot", "forecast", "a2", "--log", str(log), "--at", str(T0 + 1),
             "--record", str(out)]
