@@ -118,6 +118,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
     p.add_argument("--run", metavar="NAME", nargs="+", help="only these runs (default: all)")
     _warmup_option(p)
     p.set_defaults(func=_guard(_plots))
+    from audit.forecasts import add_parser as add_forecasts
+
+    add_forecasts(sub)  # allot audit forecasts: recorded forecasts scored against the run
     return sub
 
 

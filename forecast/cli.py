@@ -14,7 +14,7 @@ from rich.markup import escape
 
 from events import MalformedEvent
 from events.errors import AllotError
-from forecast.simulate import Assumptions, ForecastError, forecast
+from forecast.simulate import Assumptions, ForecastError, forecast_many
 
 
 class ForecastCliError(AllotError):
@@ -46,19 +46,20 @@ def _run(args: argparse.Namespace) -> int:
         raise ForecastCliError(f"{args.log}: {exc}") from exc
     a = Assumptions(assumed_runtime_s=args.assume_runtime, overrun_s=args.overrun,
                     horizon_s=args.horizon)
+    w = engine.state.workloads.all.get(args.workload)
+    kind = w.kind if w is not None else ""
     t0 = time.perf_counter()
     try:
-        f = forecast(engine, args.workload, None, a)
+        # The folded engine is this command's own: simulate on it rather than on a copy
+        # (a month's state takes a second to copy), so it is consumed here.
+        f = forecast_many(engine.state, (args.workload,), None, a, copy=False)[args.workload]
     except ForecastError as exc:
         raise ForecastCliError(str(exc)) from None
     dt = time.perf_counter() - t0
-    if args.record is not None:
-        from forecast.score import ForecastRecord
+    if args.record is not None and f.status != "running":  # (already started: not a forecast)
+        from forecast.record import record_of, write_records
 
-        w = engine.state.workloads.all[args.workload]
-        rec = ForecastRecord(workload=f.workload, kind=w.kind, made_at=f.now, start=f.start)
-        with args.record.open("ab") as fh:
-            fh.write(msgspec.json.encode(rec) + b"\n")
+        write_records(args.record, [record_of(f, kind, "cli")], append=True)
     if args.json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(f)).decode() + "\n")
         return 0
@@ -69,7 +70,8 @@ def _run(args: argparse.Namespace) -> int:
     if f.status == "beyond_horizon":
         con.print(f"[bold]{escape(f.workload)}[/]: does not start within "
                   f"{a.horizon_s / 86_400:g} days under these assumptions"
-                  + (f"; blocked by {escape(f.blocked_by)}" if f.blocked_by else ""))
+                  + (f"; blocked by {escape(f.blocked_by)}" if f.blocked_by else "")
+                  + (f" ({escape(f.unplaceable)})" if f.unplaceable else ""))
         return 0
     con.print(f"[bold]{escape(f.workload)}[/]: estimated start {_when(f.start or 0)}, in "
               f"{(f.wait_s or 0) / 3600:.1f} h, on {escape(', '.join(f.placement))}")
@@ -104,7 +106,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="look this far ahead at most (default 14d)")
     p.add_argument("--record", type=Path, metavar="FILE",
                    help="append the forecast to FILE (JSON lines) to score it later "
-                        "(forecast/score.py)")
+                        "(allot audit forecasts; not for work already running)")
     p.add_argument("--json", action="store_true", help="print the forecast as JSON")
     p.set_defaults(func=_run)
 

@@ -5,6 +5,10 @@ for an explanation. Live answers are bounded (``live_assumptions``). ``queue_for
 one forward simulation for the first rows of the queue
 (``simulate.forecast_many``). Times stay Unix seconds in the JSON (scripts
 compute with them); the verbs and the dashboard print them as dates.
+
+Every forecast served (not those of work already running) is appended to the
+file ``ALLOT_FORECAST_RECORD`` names, when set, for the audit to score
+(forecast/record.py; ``allot audit forecasts``).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from forecast.record import record_served
 from forecast.simulate import Assumptions, ForecastError, forecast_many
 from scheduler.snapshot import restore_state
 from scheduler.state import State
@@ -57,6 +62,7 @@ def forecast_json(state: State | bytes, workload: str) -> dict[str, Any] | None:
                           copy=not owned)[workload]
     except ForecastError:
         return None
+    record_served((f,), {workload: w.kind})
     out: dict[str, Any] = msgspec.to_builtins(f)
     out["assumptions"] = msgspec.to_builtins(a)
     return out
@@ -76,8 +82,10 @@ def queue_forecasts(state: State | bytes, workloads: Sequence[str],
     ids = [w for w in workloads if w in st.workloads.all
            and st.workloads.all[w].status in ("pending", "running")]
     made_at = st.now  # before the simulation (it may run on this very state)
+    kinds = {w: st.workloads.all[w].kind for w in ids}
     t0 = time.perf_counter()
     fs = forecast_many(st, ids, assumptions=a, blocked=False, copy=not owned) if ids else {}
+    record_served(fs.values(), kinds)
     return {"made_at": made_at, "seconds": round(time.perf_counter() - t0, 4),
             "assumptions": msgspec.to_builtins(a),
             "forecasts": {k: msgspec.to_builtins(v) for k, v in fs.items()}}

@@ -23,7 +23,12 @@ class ForecastRecord(msgspec.Struct, frozen=True, kw_only=True):
     workload: str
     kind: str
     made_at: int
-    start: int | None          # None: not within the forecast's horizon
+    start: int | None          # None: not within the forecast's horizon (or not simulated that far)
+    # The forecast's status: "pending" (a start), "beyond_horizon", "unfinished" (a live
+    # forecast's cycle bound: it starts no earlier than ``not_before``).
+    status: str = "pending"
+    not_before: int | None = None
+    source: str = ""           # who made it: "simulator", "api", "cli"
 
 
 def first_starts(events: Iterable[Event]) -> dict[str, int]:

@@ -15,7 +15,10 @@ forward the way the simulator does, under stated assumptions:
 It stops when the workload starts, at ``horizon_s``, or after ``max_cycles``
 simulated cycles when set (status ``unfinished``: it starts no earlier than
 ``simulated_until``; a bound on the work, counted in cycles, not wall time, so
-the answer stays a pure function of the state). It returns the
+the answer stays a pure function of the state). A workload the cluster as it
+stands cannot hold (fewer healthy hosts of its size than its gang: a forecast
+repairs nothing) is answered ``beyond_horizon`` at once, ``unplaceable``
+saying why, without simulating the horizon through. It returns the
 estimated start, where it would run, and what it waits on: the explanation's
 blocker at ``now`` (``scheduler.explain``) and the running workloads whose
 expected ends free the hosts it starts on. Pure: no I/O, no wall clock.
@@ -35,6 +38,7 @@ import msgspec
 
 from events import ClockTicked, WorkloadFinished, WorkloadPreempted, WorkloadStarted
 from events.errors import AllotError
+from projections.cluster import OK
 from projections.workloads import PENDING
 from scheduler import Engine
 from scheduler.explain import UnknownWorkload, explain
@@ -72,6 +76,8 @@ class Forecast(msgspec.Struct, kw_only=True, omit_defaults=True):
     cycles: int = 0                  # cycles simulated
     assumptions: Assumptions = Assumptions()
     simulated_until: int | None = None  # "unfinished": the simulation stopped here, not started
+    # "beyond_horizon" proven without simulating: the cluster as it stands cannot hold it
+    unplaceable: str | None = None
 
 
 def _end_of(w: object, start: int, now: int, a: Assumptions) -> int:
@@ -88,7 +94,7 @@ def forecast(engine: Engine, workload: str, now: int | None = None,
 
 def forecast_many(state0: State, workloads: Iterable[str], now: int | None = None,
                   assumptions: Assumptions | None = None, blocked: bool = True,
-                  copy: bool = True) -> dict[str, Forecast]:
+                  copy: bool = True, shortcuts: bool = True) -> dict[str, Forecast]:
     """The forecasts of several workloads from one forward simulation of ``state0``.
 
     The simulation does not depend on which workload is asked about (nothing is
@@ -100,7 +106,8 @@ def forecast_many(state0: State, workloads: Iterable[str], now: int | None = Non
     ``state0`` is the caller's own copy and the simulation runs on it (it is
     consumed; the state API restores a snapshot taken under the worker's lock).
     Raises ``ForecastError`` for an unknown workload or one that is neither
-    pending nor running.
+    pending nor running. ``shortcuts=False`` is the plain twin the tests compare
+    with: every pending workload is simulated, none answered by ``unplaceable``.
     """
     a = assumptions or Assumptions()
     ids = list(dict.fromkeys(workloads))
@@ -122,9 +129,31 @@ def forecast_many(state0: State, workloads: Iterable[str], now: int | None = Non
                                 assumptions=a)
         else:
             raise ForecastError(f"{wid!r} is {w0.status}, not pending")
+    for wid in list(targets) if shortcuts else ():
+        why = unplaceable(state0, wid)
+        if why is not None:
+            out[wid] = Forecast(workload=wid, now=now, status="beyond_horizon",
+                                blocked_by=targets.pop(wid), assumptions=a, unplaceable=why)
     if targets:
         out.update(_simulate(state0, copy, targets, now, a))
     return {wid: out[wid] for wid in ids}
+
+
+def unplaceable(state: State, workload: str) -> str | None:
+    """Why ``workload`` can never start in a forecast from ``state``, or None if it may.
+
+    A gang needs ``hosts`` distinct healthy hosts of at least ``gpus_per_host``
+    GPUs each (scheduler/policy/placement.py). A forecast feeds no repairs and
+    no new hosts, so the healthy hosts never grow: with fewer than that now,
+    the simulation could only run to its horizon to say so ("beyond_horizon").
+    """
+    w = state.workloads.all[workload]
+    hosts = state.cluster_state.hosts
+    ok = sum(1 for h in hosts.values() if h.health == OK and h.gpus >= w.gpus_per_host)
+    if ok >= w.hosts:
+        return None
+    return (f"needs {w.hosts} healthy host(s) with {w.gpus_per_host} GPUs; the cluster has {ok} "
+            f"and a forecast assumes no repairs")
 
 
 def _simulate(state0: State, copy: bool, targets: dict[str, str | None], now: int,
@@ -230,4 +259,5 @@ def forecast_for(engine: Engine, workload_id: str, now: int | None = None) -> Fo
     return forecast(engine, workload_id, now)
 
 
-__all__ = ["Assumptions", "Forecast", "ForecastError", "forecast", "forecast_for", "forecast_many"]
+__all__ = ["Assumptions", "Forecast", "ForecastError", "forecast", "forecast_for", "forecast_many",
+           "unplaceable"]

@@ -27,6 +27,10 @@ clock: at a moment with inputs it first moves the clock (``clock.ticked`` with
 cycle (a normal tick), which sees everything that happened at it. Every input
 and every decision goes into one log, in order, exactly as the live journal
 would hold them, so the log replays bit for bit.
+
+``Simulation(on_submit=...)`` (off by default) lets a reader look at the state
+right after each submission: the forecast recorder (forecast/record.py) uses
+it to forecast new work as of its submission, on a copy, outside the log.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from events.factory import Inputs
 from projections.cluster import OK
 from projections.workloads import PENDING
 from scheduler import Engine
+from scheduler.state import State
 from simulator.scenario import Scenario, ScenarioError
 from simulator.sources import SourceOutput, SquatConfig, explicit, generator, philly
 from simulator.spec import BudgetNodeSpec, SquatterSpec, WorkloadSpec
@@ -158,10 +163,15 @@ class Simulation:
     """One scenario under one policy."""
 
     def __init__(self, scenario: Scenario, policy: str, base_dir: Path,
-                 sources: SourceOutput | None = None, over_cap: str = "clamp") -> None:
+                 sources: SourceOutput | None = None, over_cap: str = "clamp",
+                 on_submit: Callable[[State, str, str], None] | None = None) -> None:
         if over_cap not in OVER_CAP:
             raise ValueError(f"over_cap must be one of {OVER_CAP}, got {over_cap!r}")
         self.over_cap = over_cap
+        # Called with (state, workload id, kind) right after each submission is folded,
+        # before the moment's cycle: the forecast recorder (forecast/record.py). It must
+        # only read the state (forecasts copy it): decisions are the same with or without.
+        self.on_submit = on_submit
         self.scenario = scenario
         self.policy = policy
         self.base_dir = base_dir
@@ -250,6 +260,7 @@ class Simulation:
         debug_in_holds = 0
         clamped = refused_over_cap = refused_over_cap_gpu_s = 0
         clamp = self.over_cap == "clamp"
+        on_submit = self.on_submit
 
         def new_hold(user: str, t: int) -> None:
             nonlocal holds
@@ -428,6 +439,8 @@ class Simulation:
                                    restart_overhead_s=spec.restart_overhead_s,
                                    resubmit_of=spec.resubmit_of,
                                    time_limit_s=spec.time_limit_s), t)
+                    if on_submit is not None:
+                        on_submit(state, spec.workload, spec.kind)
                     if spec.patience_s is not None:
                         push(t + spec.patience_s, CANCEL, spec.workload)
                 elif kind == CANCEL:

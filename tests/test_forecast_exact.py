@@ -7,7 +7,7 @@ import pytest
 from events import WorkloadStarted
 from events.factory import Inputs
 from forecast.score import ForecastRecord, first_starts, score
-from forecast.simulate import Assumptions, ForecastError, forecast, forecast_for
+from forecast.simulate import Assumptions, ForecastError, forecast, forecast_for, forecast_many
 from scheduler import Engine
 
 T0 = 1_767_225_600
@@ -94,3 +94,28 @@ def test_first_starts_reads_the_journal() -> None:
     t = mk.tick(T0 + 1)
     log += [t, *(eng.process(t) or [])]
     assert first_starts(log) == {"a1": T0 + 1}
+
+
+def test_a_gang_the_healthy_hosts_cannot_hold_is_answered_without_simulating() -> None:
+    eng, mk = _cluster()
+    eng.process(mk.submit("a1", "lab/a", 8, 600, at=T0, expected_duration_s=3600))
+    _start_all(eng, mk, T0 + 1)
+    eng.process(mk.fault("h1", "failed", at=T0 + 1, reason="test"))
+    eng.process(mk.submit("gang", "lab/b", 16, 600, at=T0 + 1, hosts=2))
+    f = forecast(eng, "gang", assumptions=Assumptions(horizon_s=86_400))
+    assert f.status == "beyond_horizon" and f.start is None and f.cycles == 0
+    assert f.unplaceable is not None and "1" in f.unplaceable
+    # The plain path, simulated through the horizon, says the same.
+    plain = forecast_many(eng.state, ("gang",), assumptions=Assumptions(horizon_s=86_400),
+                          shortcuts=False)["gang"]
+    assert (plain.status, plain.start, plain.blocked_by) == (f.status, f.start, f.blocked_by)
+    assert plain.cycles > 0 and plain.unplaceable is None
+
+
+def test_a_gang_that_fits_the_healthy_hosts_is_simulated() -> None:
+    eng, mk = _cluster()
+    eng.process(mk.submit("a1", "lab/a", 8, 600, at=T0, expected_duration_s=3600))
+    _start_all(eng, mk, T0 + 1)
+    eng.process(mk.submit("gang", "lab/b", 16, 600, at=T0 + 1, hosts=2))
+    f = forecast(eng, "gang")
+    assert f.unplaceable is None and f.start == T0 + 1 + 3600
