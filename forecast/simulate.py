@@ -169,8 +169,17 @@ def _simulate(state0: State, copy: bool, targets: dict[str, str | None], now: in
     cluster = state.cluster
     heap: list[tuple[int, int, str]] = []   # (time, kind 0 finish / 1 cycle, workload)
     holders: dict[str, str] = {}            # host -> last running workload seen leaving it
+    # The expected end of each workload's current run: a run preempted inside the
+    # forecast leaves its finish on the heap, and a later run of the same workload
+    # must not end there (only the entry equal to this one finishes it).
+    ends: dict[str, int] = {}
+
+    def will_end(wid: str, at: int) -> None:
+        ends[wid] = at
+        heapq.heappush(heap, (at, 0, wid))
+
     for w in state.workloads.running.values():
-        heapq.heappush(heap, (_end_of(w, w.started_at or now, now, a), 0, w.id))
+        will_end(w.id, _end_of(w, w.started_at or now, now, a))
     for t in state.workloads.protection_ends:
         if t > now:
             heapq.heappush(heap, (t, 1, ""))
@@ -215,8 +224,7 @@ def _simulate(state0: State, copy: bool, targets: dict[str, str | None], now: in
                         # target that started counts for the others, as it would alone), and
                         # runs on like any other.
                         ahead += 1
-                        w = state.workloads.all[wid]
-                        heapq.heappush(heap, (_end_of(w, at, at, a), 0, w.id))
+                        will_end(wid, _end_of(state.workloads.all[wid], at, at, a))
                         if d.protected_until is not None and d.protected_until > at:
                             heapq.heappush(heap, (d.protected_until, 1, ""))
                     elif type(d) is WorkloadPreempted and d.requeued:
@@ -245,8 +253,8 @@ def _simulate(state0: State, copy: bool, targets: dict[str, str | None], now: in
         for _, kind, wid in due:
             if kind == 0:
                 leaving = state.workloads.running.get(wid)
-                if leaving is None:
-                    continue
+                if leaving is None or ends.get(wid) != t:
+                    continue  # (ended already, or this entry was an earlier run's end)
                 for h, _ in leaving.placement:
                     holders[h] = wid
                 feed(WorkloadFinished(id=ident(), at=t, cluster=cluster, actor="executor",

@@ -119,3 +119,25 @@ def test_a_gang_that_fits_the_healthy_hosts_is_simulated() -> None:
     eng.process(mk.submit("gang", "lab/b", 16, 600, at=T0 + 1, hosts=2))
     f = forecast(eng, "gang")
     assert f.unplaceable is None and f.start == T0 + 1 + 3600
+
+
+def test_a_run_preempted_inside_the_forecast_ends_at_its_new_runs_end() -> None:
+    """A requeued workload that starts again runs its whole new run, not to its old run's end."""
+    eng, mk = _cluster()
+    # lab/a fills both hosts: a1 within its share (8 of its 8), a1b borrowed (resumable, 2 h).
+    eng.process(mk.submit("a1", "lab/a", 8, 600, at=T0, expected_duration_s=10 * 3600))
+    eng.process(mk.submit("a1b", "lab/a", 8, 600, at=T0 + 1, expected_duration_s=2 * 3600,
+                          resumable=True))
+    assert sorted(_start_all(eng, mk, T0 + 1)) == ["a1", "a1b"]
+    now = T0 + 10
+    eng.process(mk.tick(now, cycle=False))
+    # lab/b comes back for its share (1 h of work): the forecast's first cycle reclaims a1b,
+    # which is requeued and starts again when b1 ends, at now + 1 h, for 2 h more.
+    eng.process(mk.submit("b1", "lab/b", 8, 600, at=now, expected_duration_s=3600))
+    eng.process(mk.submit("a3", "lab/a", 8, 600, at=now, expected_duration_s=3600))
+    f = forecast(eng, "a3", now=now)
+    # a3 waits behind its teammate a1b: it starts when a1b's second run ends (now + 3 h),
+    # not at a1b's first run's expected end (T0 + 1 + 2 h).
+    assert f.status == "pending"
+    assert f.start == now + 3600 + 2 * 3600, f
+    assert f.waits_for == ("a1b",)
