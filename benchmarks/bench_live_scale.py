@@ -433,6 +433,7 @@ async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending
                 "offered_per_s": n / t_offer, "submissions": n, "finishes": finishes,
                 "journaled_per_s": n / (f.inputs[ids[-1]][1] - t0), "load": round(load0, 2),
                 "cpu_share": {k: v / (t_end - t0) for k, v in used.items()},
+                "worker_cpu_ms_per_submission": 1000 * used.get("worker", 0.0) / n,
                 "pending_after": f.pending(), "running_after": len(f.running()),
                 "decisions": dict(f.decisions - before),
                 **latencies(f, s, ids, wids, t_end)}
