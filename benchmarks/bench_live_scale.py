@@ -115,6 +115,8 @@ class Follower:
     cycles: list[tuple[int, float]] = field(default_factory=list)       # (offset, read) of cycles
     started: dict[str, float] = field(default_factory=dict)             # first start, read time
     status: dict[str, str] = field(default_factory=dict)                # pending / running / ended
+    running_now: list[str] = field(default_factory=list)   # in the order they started
+    _at: dict[str, int] = field(default_factory=dict)        # workload -> index in running_now
     decisions: Counter[str] = field(default_factory=Counter)
     records: int = 0
 
@@ -132,7 +134,21 @@ class Follower:
         return sum(1 for s in self.status.values() if s == "pending")
 
     def running(self) -> list[str]:
-        return [w for w, s in self.status.items() if s == "running"]
+        return list(self.running_now)
+
+    def set_status(self, workload: str, status: str) -> None:
+        self.status[workload] = status
+        i = self._at.get(workload)
+        if status == "running" and i is None:
+            self._at[workload] = len(self.running_now)
+            self.running_now.append(workload)
+        elif status != "running" and i is not None:
+            # O(1) removal: the last one takes its place.
+            last = self.running_now.pop()
+            del self._at[workload]
+            if last != workload:
+                self.running_now[i] = last
+                self._at[last] = i
 
     async def _run(self) -> None:
         kind_input = KIND_INPUT.encode()
@@ -154,18 +170,18 @@ class Follower:
                     elif e.type == "workload.submitted" and e.workload:
                         self.status.setdefault(e.workload, "pending")
                     elif e.type in ("workload.finished", "workload.cancelled") and e.workload:
-                        self.status[e.workload] = "ended"
+                        self.set_status(e.workload, "ended")
                     continue
                 self.decisions[e.type] += 1
                 if e.workload is None:
                     continue
                 if e.type == "workload.started":
                     self.started.setdefault(e.workload, now)
-                    self.status[e.workload] = "running"
+                    self.set_status(e.workload, "running")
                 elif e.type == "workload.preempted":
-                    self.status[e.workload] = "pending"
+                    self.set_status(e.workload, "pending")
                 elif e.type in ("workload.rejected", "workload.finished", "workload.cancelled"):
-                    self.status[e.workload] = "ended"
+                    self.set_status(e.workload, "ended")
 
     def decided_at(self, offset: int) -> float | None:
         """When the first cycle journaled after ``offset`` was read (None: none yet)."""
@@ -416,9 +432,9 @@ async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending
                 for m in msgs[i:due]:
                     await s.send_message(m)
                     i += 1
-                    if finish_every and i % finish_every == 0 and (running := f.running()):
-                        victim = running[rng.randrange(len(running))]
-                        f.status[victim] = "ended"   # never finished twice by us
+                    if finish_every and i % finish_every == 0 and f.running_now:
+                        victim = f.running_now[rng.randrange(len(f.running_now))]
+                        f.set_status(victim, "ended")   # never finished twice by us
                         await s.send(s.prep([mk.finish(victim, at=int(time.time()))])[0])
                         finishes += 1
                 await asyncio.sleep(0.005)
@@ -485,34 +501,35 @@ class ProfiledWorker(WorkerProc):
                                      stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
 
 
-# Where each function's own time is counted: the first group whose marker is in its file path.
-GROUPS = (
-    ("verify (signatures, roles)", ("identity/", "streams/signing.py", "cryptography", "nacl")),
-    ("seal (HMAC)", ("hmac.py", "_hashlib")),
-    ("core (scheduler, projections)", ("scheduler/", "projections/", "build/native")),
-    ("decode / encode (events, msgspec)", ("events/", "msgspec")),
-    ("Kafka client (aiokafka: fetch, produce)", ("aiokafka", "kafka/")),
-    ("worker edges (streams/)", ("streams/",)),
-    ("asyncio / selectors", ("asyncio", "selectors")),
+# The worker's stages, each a function's cumulative time (file suffix, function name).
+STAGES = (
+    ("batch (worker._handle)", "streams/worker.py", "_handle"),
+    ("input (processor.handle)", "streams/processor.py", "handle"),
+    ("check: signature, roles, dedupe (processor.check)", "streams/processor.py", "check"),
+    ("  of which Ed25519 verify (signing.verify)", "streams/signing.py", "verify"),
+    ("core: apply, cycles (processor.process_input)", "streams/processor.py", "process_input"),
+    ("seal journal records (journal_seal.seal)", "journal_seal.py", "seal"),
+    ("produce and await acks (worker._publish)", "streams/worker.py", "_publish"),
 )
 
 
 def where_time_goes(path: Path) -> dict[str, Any]:
-    """Own time by group of the profiled worker, and its ten costliest functions by cumulative time."""
-    st = pstats.Stats(str(path))
-    raw: dict[Any, Any] = st.stats  # type: ignore[attr-defined]
-    total = sum(v[2] for v in raw.values())
-    groups: Counter[str] = Counter()
-    for (file, _line, _fn), (_cc, _nc, tt, _ct, _callers) in raw.items():
-        name = next((g for g, marks in GROUPS if any(m in file for m in marks)), "other")
-        if name == "other" and file == "~":
-            name = "builtins (C calls)"
-        groups[name] += tt
-    top = sorted(((v[3], f"{Path(k[0]).name}:{k[2]}") for k, v in raw.items()
-                  if "streams/" in k[0] or "scheduler/" in k[0] or "identity/" in k[0]),
-                 reverse=True)[:12]
-    return {"total_s": total, "own_time_s": {k: round(v, 2) for k, v in groups.most_common()},
-            "cumulative_s": {name: round(t, 2) for t, name in top}}
+    """The profiled worker's time by stage (cumulative seconds, share of its batches' time).
+
+    Decoding and the rest of an input's handling is what ``processor.handle``
+    spends outside check and core. cProfile clocks wall time, so on a loaded
+    machine every stage includes time the process waited for a core.
+    """
+    raw: dict[Any, Any] = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+
+    def cumulative(suffix: str, name: str) -> float:
+        return sum(v[3] for k, v in raw.items() if k[0].endswith(suffix) and k[2] == name)
+
+    got = {label: cumulative(suffix, name) for label, suffix, name in STAGES}
+    handle = got["input (processor.handle)"]
+    got["decode and the rest of an input"] = handle - got[STAGES[2][0]] - got[STAGES[4][0]]
+    batch = got[STAGES[0][0]] or 1.0
+    return {label: f"{t:.2f} s ({100 * t / batch:.0f} %)" for label, t in got.items()}
 
 
 # -- archive ------------------------------------------------------------------------------------
