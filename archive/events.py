@@ -70,8 +70,11 @@ def _partition_batches(root: Path, manifest: Manifest, p: int) -> Iterator[pa.Ta
     for batch, f in manifest.files(p):
         by_batch.setdefault(batch.first, []).append(str(root / f.path))
     for first in sorted(by_batch):
-        tables = [pq.read_table(path, columns=COLUMNS) for path in by_batch[first]]
-        yield pa.concat_tables(tables).sort_by("offset")
+        table = pa.concat_tables([pq.read_table(path, columns=COLUMNS)
+                                  for path in by_batch[first]])
+        offsets = table.column("offset").to_numpy()
+        # Files are concatenated by day: usually already in offset order (then no sort).
+        yield table if bool((offsets[1:] > offsets[:-1]).all()) else table.sort_by("offset")
 
 
 def _spool(tables: Iterable[pa.Table], p: int, fh: IO[bytes],
@@ -80,19 +83,21 @@ def _spool(tables: Iterable[pa.Table], p: int, fh: IO[bytes],
     fence = Fence()
     seen: set[str] = set()
     groups: list[tuple[int, int, int]] = []
-    buf = bytearray()
-    pos = 0
+    # Kept values go to ``out`` (written to ``fh`` in large pieces); ``pos`` is the spool
+    # position after ``out``, ``start`` where the open group began.
+    out = bytearray()
+    pos = start = 0
     group_at: int | None = None
     group_input: str | None = None
 
     def close() -> None:
-        nonlocal buf, pos, group_at
-        if group_at is not None and buf:
-            fh.write(buf)
-            groups.append((group_at, pos, len(buf)))
-            pos += len(buf)
-        buf = bytearray()
+        nonlocal group_at, out
+        if group_at is not None and pos > start:
+            groups.append((group_at, start, pos - start))
         group_at = None
+        if len(out) >= 1 << 22:
+            fh.write(out)
+            out = bytearray()
 
     for table in tables:
         cols = {name: table.column(name).to_pylist() for name in COLUMNS}
@@ -126,17 +131,19 @@ def _spool(tables: Iterable[pa.Table], p: int, fh: IO[bytes],
                     value = value.replace(b"\n", b" ").replace(b"\r", b" ")
             if kind == KIND_INPUT:
                 close()
-                group_at, group_input = at, eid
+                group_at, group_input, start = at, eid, pos
                 report.inputs += 1
             else:
                 if group_at is None or causes[i] != group_input:
                     close()   # a decision outside its input's group: kept in place
-                    group_at, group_input = at, causes[i]
+                    group_at, group_input, start = at, causes[i], pos
                 report.decisions += 1
-            buf += value
-            buf += b"\n"
+            out += value
+            out += b"\n"
+            pos += len(value) + 1
             report.events += 1
     close()
+    fh.write(out)
     return groups
 
 
