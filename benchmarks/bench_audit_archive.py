@@ -44,14 +44,7 @@ from audit import open_db, summary
 from audit.load import load
 from benchmarks.bench_audit import CACHE, build_log, cpu_and_wall
 from benchmarks.common import machine
-from streams.records import (
-    KIND_CLAIM,
-    KIND_DECISION,
-    KIND_INPUT,
-    Claim,
-    encode_claim,
-    journal_headers,
-)
+from streams import records as rec
 
 TOKEN = "bench-owner"
 PARTITION = 0
@@ -69,16 +62,16 @@ def build_archive(log: Path, root: Path, batch: int = 200_000) -> int:
     arch.manifest = Manifest(tmp)
     pending = {PARTITION: _Pending(0)}
     days: dict[int, str] = {}
-    claim = encode_claim(Claim(token=TOKEN, worker="bench", partition=PARTITION, at=T0_MS / 1000))
-    add_record(pending[PARTITION], 0, T0_MS, b"claim", claim, journal_headers(KIND_CLAIM, TOKEN),
+    claim = rec.encode_claim(rec.Claim(token=TOKEN, worker="bench", partition=PARTITION, at=T0_MS / 1000))
+    add_record(pending[PARTITION], 0, T0_MS, b"claim", claim, rec.journal_headers(rec.KIND_CLAIM, TOKEN),
                days)
     offset, inbox = 1, 0
-    decision = journal_headers(KIND_DECISION, TOKEN)
+    decision = rec.journal_headers(rec.KIND_DECISION, TOKEN)
     with open(log, "rb") as fh:
         for line in fh:
             value = line.rstrip(b"\n")
             if b'"cause":null' in value:
-                headers = journal_headers(KIND_INPUT, TOKEN, inbox)
+                headers = rec.journal_headers(rec.KIND_INPUT, TOKEN, inbox)
                 inbox += 1
             else:
                 headers = decision

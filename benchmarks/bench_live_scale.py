@@ -61,16 +61,15 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgspec
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from benchmarks.bench_live import (
     OUT,
     PARTITIONS,
+    Journal,
     Signing,
     WorkerProc,
     bench_broker,
@@ -104,31 +103,20 @@ class _Envelope(msgspec.Struct):
 _envelope = msgspec.json.Decoder(_Envelope)
 
 
-@dataclass
-class Follower:
-    """Follows the cluster's journal partition; when each record was read, and the queue's state."""
+class Follower(Journal):
+    """Follows the cluster's journal partition; when each record was read, and the queue's state.
 
-    bootstrap: str
-    prefix: str
-    partition: int
-    inputs: dict[str, tuple[int, float]] = field(default_factory=dict)  # input id -> (offset, read)
-    cycles: list[tuple[int, float]] = field(default_factory=list)       # (offset, read) of cycles
-    started: dict[str, float] = field(default_factory=dict)             # first start, read time
-    status: dict[str, str] = field(default_factory=dict)                # pending / running / ended
-    running_now: list[str] = field(default_factory=list)   # in the order they started
-    _at: dict[str, int] = field(default_factory=dict)        # workload -> index in running_now
-    decisions: Counter[str] = field(default_factory=Counter)
-    records: int = 0
+    ``start`` and ``stop`` are bench_live's journal watcher's; what is read differs.
+    """
 
-    async def start(self) -> Follower:
-        self.tp = TopicPartition(topic(JOURNAL, self.prefix), self.partition)
-        self.c = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
-                                  fetch_max_wait_ms=5, max_partition_fetch_bytes=8 << 20)
-        await self.c.start()
-        self.c.assign([self.tp])
-        self.c.seek(self.tp, 0)
-        self._task = asyncio.create_task(self._run())
-        return self
+    def __init__(self, bootstrap: str, prefix: str, partition: int) -> None:
+        super().__init__(bootstrap, prefix, partition)
+        self.journaled: dict[str, tuple[int, float]] = {}   # input id -> (offset, read time)
+        self.cycles: list[tuple[int, float]] = []           # (offset, read time) of cycles
+        self.status: dict[str, str] = {}                    # pending / running / ended
+        self.running_now: list[str] = []                    # in the order they started
+        self._at: dict[str, int] = {}                       # workload -> index in running_now
+        self.decisions: Counter[str] = Counter()
 
     def pending(self) -> int:
         return sum(1 for s in self.status.values() if s == "pending")
@@ -164,7 +152,7 @@ class Follower:
                 except msgspec.DecodeError:
                     continue
                 if dict(m.headers).get("allot-kind") == kind_input:
-                    self.inputs.setdefault(e.id, (m.offset, now))
+                    self.journaled.setdefault(e.id, (m.offset, now))
                     if e.type == "clock.ticked" and e.cycle is not False:
                         self.cycles.append((m.offset, now))
                     elif e.type == "workload.submitted" and e.workload:
@@ -187,12 +175,6 @@ class Follower:
         """When the first cycle journaled after ``offset`` was read (None: none yet)."""
         i = bisect.bisect_right(self.cycles, (offset, float("inf")))
         return self.cycles[i][1] if i < len(self.cycles) else None
-
-    async def stop(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        await self.c.stop()
 
 
 class Memory:
@@ -318,7 +300,7 @@ def latencies(f: Follower, sender: Sender, ids: list[str], wids: list[str],
     journaled, decided, started = [], [], []
     for eid, wid in zip(ids, wids, strict=True):
         t0 = sender.sent[eid]
-        got = f.inputs.get(eid)
+        got = f.journaled.get(eid)
         if got is None:
             continue
         journaled.append(got[1] - t0)
@@ -359,7 +341,7 @@ async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending
     out: dict[str, Any] = {"signed": signed, "load_start": round(os.getloadavg()[0], 2)}
     rng = random.Random(25)
     try:
-        await wait_for(lambda: len(f.inputs) > 0, 120, "the first tick")
+        await wait_for(lambda: len(f.journaled) > 0, 120, "the first tick")
         at = int(time.time())
         head, specs = scale_inputs(mk, at)
         capacity = sum(getattr(e, "gpus", 0) for e in head if type(e).__name__ == "HostAdded")
@@ -369,7 +351,7 @@ async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending
         for e in events:
             await s.send(e)
         await s.flush()
-        await wait_for(lambda: events[-1].id in f.inputs, 120, "the setup")
+        await wait_for(lambda: events[-1].id in f.journaled, 120, "the setup")
 
         # -- fill: allocated work (protected for its minimum runtime) up to capacity, so that
         # gangs in the queue find no victims and take reservations; the rest of the scenario's
@@ -388,7 +370,7 @@ async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending
         for e in fill:
             await s.send(e)
         await s.flush()
-        await wait_for(lambda: fill[-1].id in f.inputs, 300, "the fill")
+        await wait_for(lambda: fill[-1].id in f.journaled, 300, "the fill")
         await settle(f)
         out["fill"] = {"workloads": len(fill), "gpus": demand, "capacity_gpus": capacity,
                        "running": len(f.running()), "pending": f.pending()}
@@ -403,8 +385,8 @@ async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending
             await s.send_message(m)
         await s.flush()
         t_pub = time.perf_counter() - t0
-        await wait_for(lambda: queue[-1].id in f.inputs, 600, "the queue")
-        t_all = max(f.inputs[e.id][1] for e in queue if e.id in f.inputs) - t0
+        await wait_for(lambda: queue[-1].id in f.journaled, 600, "the queue")
+        t_all = max(f.journaled[e.id][1] for e in queue if e.id in f.journaled) - t0
         used = cpu.since(cpu0)
         await settle(f)
         out["queue"] = {"submissions": len(queue), "published_per_s": len(queue) / t_pub,
@@ -440,14 +422,14 @@ async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending
                 await asyncio.sleep(0.005)
             await s.flush()
             t_offer = time.perf_counter() - t0
-            await wait_for(lambda ids=ids: ids[-1] in f.inputs, 600, "the churn")
+            await wait_for(lambda ids=ids: ids[-1] in f.journaled, 600, "the churn")
             t_end = time.perf_counter()
-            await wait_for(lambda ids=ids: f.decided_at(f.inputs[ids[-1]][0]) is not None, 120,
+            await wait_for(lambda ids=ids: f.decided_at(f.journaled[ids[-1]][0]) is not None, 120,
                            "the cycle after the churn")
             used = cpu.since(cpu0)
             out[f"churn_{rate}"] = {
                 "offered_per_s": n / t_offer, "submissions": n, "finishes": finishes,
-                "journaled_per_s": n / (f.inputs[ids[-1]][1] - t0), "load": round(load0, 2),
+                "journaled_per_s": n / (f.journaled[ids[-1]][1] - t0), "load": round(load0, 2),
                 "cpu_share": {k: v / (t_end - t0) for k, v in used.items()},
                 "worker_cpu_ms_per_submission": 1000 * used.get("worker", 0.0) / n,
                 "pending_after": f.pending(), "running_after": len(f.running()),
