@@ -7,8 +7,8 @@ events, cached in /tmp/allot-bench-audit). They are written as an archive
 partition 0, a claim at offset 0, then every event in log order as a journal
 record (inputs with ``allot-kind: input`` and their inbox offset, decisions with
 ``allot-kind: decision``, all under the claim's token), in batches of
-``--batch`` records through the archiver's own batch writer (``Archiver``'s
-files, manifest lines and commit), cached beside the log.
+``--batch`` records through ``archive.writer.archive_records`` (the archiver's
+own files, manifest lines and commits, without a broker), cached beside the log.
 
 Timed on that archive, in one process, each figure next to a baseline of the
 same run:
@@ -33,13 +33,13 @@ import os
 import shutil
 import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
 
 from archive import layout
-from archive.manifest import Manifest
-from archive.writer import Archiver, _Pending, add_record
+from archive.writer import archive_records
 from audit import open_db, summary
 from audit.load import load
 from benchmarks.bench_audit import CACHE, build_log, cpu_and_wall
@@ -52,40 +52,39 @@ PARTITION = 0
 T0_MS = 1_796_000_000_000
 
 
-def build_archive(log: Path, root: Path, batch: int = 200_000) -> int:
-    """Write ``log`` to the archive ``root`` as one owner's journal partition; return its records."""
-    t0 = time.perf_counter()
-    tmp = root.with_name(root.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    # Never started: only its batch writer (files, manifest line, commit) is used.
-    arch = Archiver("127.0.0.1:0", tmp, compression="zstd")
-    arch.manifest = Manifest(tmp)
-    pending = {PARTITION: _Pending(0)}
-    days: dict[int, str] = {}
-    claim = rec.encode_claim(rec.Claim(token=TOKEN, worker="bench", partition=PARTITION, at=T0_MS / 1000))
-    add_record(pending[PARTITION], 0, T0_MS, b"claim", claim, rec.journal_headers(rec.KIND_CLAIM, TOKEN),
-               days)
+def journal_records(log: Path) -> Iterator[tuple[int, int, bytes, bytes, list[tuple[str, bytes]]]]:
+    """``log`` as one owner's journal partition: its claim at offset 0, then every event."""
+    claim = rec.encode_claim(rec.Claim(token=TOKEN, worker="bench", partition=PARTITION,
+                                       at=T0_MS / 1000))
+    yield 0, T0_MS, b"claim", claim, rec.journal_headers(rec.KIND_CLAIM, TOKEN)
     offset, inbox = 1, 0
     decision = rec.journal_headers(rec.KIND_DECISION, TOKEN)
     with open(log, "rb") as fh:
         for line in fh:
             value = line.rstrip(b"\n")
+            if not value.strip():
+                continue
             if b'"cause":null' in value:
                 headers = rec.journal_headers(rec.KIND_INPUT, TOKEN, inbox)
                 inbox += 1
             else:
                 headers = decision
-            add_record(pending[PARTITION], offset, T0_MS + offset, b"default", value, headers, days)
+            yield offset, T0_MS + offset, b"default", value, headers
             offset += 1
-            if pending[PARTITION].records >= batch:
-                arch._flush(PARTITION, pending)
-    arch._flush(PARTITION, pending)
+
+
+def build_archive(log: Path, root: Path, batch: int = 200_000) -> int:
+    """Write ``log`` to the archive ``root`` as one owner's journal partition; return its records."""
+    t0 = time.perf_counter()
+    tmp = root.with_name(root.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    stats = archive_records(tmp, journal_records(log), partition=PARTITION, flush_records=batch)
     shutil.rmtree(root, ignore_errors=True)
     tmp.rename(root)
     size = sum(p.stat().st_size for p in root.rglob("*.parquet"))
-    print(f"archive: {offset:,} records, {arch.stats.files:,} files, {size / 1e9:.2f} GB, "
+    print(f"archive: {stats.records:,} records, {stats.files:,} files, {size / 1e9:.2f} GB, "
           f"built in {time.perf_counter() - t0:.0f} s")
-    return offset
+    return stats.records
 
 
 def main(argv: list[str] | None = None) -> None:
