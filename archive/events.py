@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -57,74 +57,93 @@ def is_archive(path: str | os.PathLike[str]) -> bool:
     return p.is_dir() and (p / layout.MANIFEST).is_file()
 
 
-def _partition_rows(root: Path, manifest: Manifest, p: int) -> pa.Table:
-    paths = [str(root / f.path) for _, f in manifest.files(p)]
-    tables = [pq.read_table(path, columns=COLUMNS) for path in paths]
-    return pa.concat_tables(tables).sort_by("offset") if tables else None  # type: ignore[return-value]
+def _partition_batches(root: Path, manifest: Manifest, p: int) -> Iterator[pa.Table]:
+    """Partition ``p``'s rows one committed batch at a time, in offset order.
+
+    A batch's files (one per cluster and day) interleave its offsets, so each
+    batch is sorted; batches of a partition cover consecutive offset ranges.
+    Batch by batch keeps memory to one batch, and keeps every array far below
+    the 2 GiB a ``binary`` column can address (a whole partition of a ten-
+    million-event journal is over that).
+    """
+    by_batch: dict[int, list[str]] = {}
+    for batch, f in manifest.files(p):
+        by_batch.setdefault(batch.first, []).append(str(root / f.path))
+    for first in sorted(by_batch):
+        table = pa.concat_tables([pq.read_table(path, columns=COLUMNS)
+                                  for path in by_batch[first]])
+        offsets = table.column("offset").to_numpy()
+        # Files are concatenated by day: usually already in offset order (then no sort).
+        yield table if bool((offsets[1:] > offsets[:-1]).all()) else table.sort_by("offset")
 
 
-def _spool(table: pa.Table, p: int, fh: IO[bytes],
+def _spool(tables: Iterable[pa.Table], p: int, fh: IO[bytes],
            report: EventsReport) -> list[tuple[int, int, int]]:
     """Write partition ``p``'s kept events to ``fh``; its groups as (at, start, length)."""
     fence = Fence()
     seen: set[str] = set()
     groups: list[tuple[int, int, int]] = []
-    buf = bytearray()
-    pos = 0
+    # Kept values go to ``out`` (written to ``fh`` in large pieces); ``pos`` is the spool
+    # position after ``out``, ``start`` where the open group began.
+    out = bytearray()
+    pos = start = 0
     group_at: int | None = None
     group_input: str | None = None
-    cols = {name: table.column(name).to_pylist() for name in COLUMNS}
-    offsets, kinds, owners, values = cols["offset"], cols["kind"], cols["owner"], cols["value"]
-    ids, causes, ats = cols["id"], cols["cause"], cols["at"]
 
     def close() -> None:
-        nonlocal buf, pos, group_at
-        if group_at is not None and buf:
-            fh.write(buf)
-            groups.append((group_at, pos, len(buf)))
-            pos += len(buf)
-        buf = bytearray()
+        nonlocal group_at, out
+        if group_at is not None and pos > start:
+            groups.append((group_at, start, pos - start))
         group_at = None
+        if len(out) >= 1 << 22:
+            fh.write(out)
+            out = bytearray()
 
-    for i in range(len(offsets)):
-        report.records += 1
-        kind, owner = kinds[i], owners[i]
-        if kind is None or owner is None:
-            report.unreadable += 1
-            continue
-        rec = JournalRecord(partition=p, offset=offsets[i], kind=kind, owner=owner,
-                            value=values[i] or b"")
-        if not fence.admit(rec):
-            if kind != KIND_CLAIM:
-                report.fenced += 1
-            continue
-        eid, at = ids[i], ats[i]
-        if eid is None or at is None:
-            report.unreadable += 1
-            continue
-        if eid in seen:
-            report.duplicates += 1
-            continue
-        seen.add(eid)
-        value = values[i] or b""
-        if b"\n" in value or b"\r" in value:
-            try:
-                value = encode(decode(value))
-            except Exception:  # MalformedEvent: the loader names the line
-                value = value.replace(b"\n", b" ").replace(b"\r", b" ")
-        if kind == KIND_INPUT:
-            close()
-            group_at, group_input = at, eid
-            report.inputs += 1
-        else:
-            if group_at is None or causes[i] != group_input:
-                close()   # a decision outside its input's group: kept in place
-                group_at, group_input = at, causes[i]
-            report.decisions += 1
-        buf += value
-        buf += b"\n"
-        report.events += 1
+    for table in tables:
+        cols = {name: table.column(name).to_pylist() for name in COLUMNS}
+        offsets, kinds, owners, values = cols["offset"], cols["kind"], cols["owner"], cols["value"]
+        ids, causes, ats = cols["id"], cols["cause"], cols["at"]
+        for i in range(len(offsets)):
+            report.records += 1
+            kind, owner = kinds[i], owners[i]
+            if kind is None or owner is None:
+                report.unreadable += 1
+                continue
+            rec = JournalRecord(partition=p, offset=offsets[i], kind=kind, owner=owner,
+                                value=values[i] or b"")
+            if not fence.admit(rec):
+                if kind != KIND_CLAIM:
+                    report.fenced += 1
+                continue
+            eid, at = ids[i], ats[i]
+            if eid is None or at is None:
+                report.unreadable += 1
+                continue
+            if eid in seen:
+                report.duplicates += 1
+                continue
+            seen.add(eid)
+            value = values[i] or b""
+            if b"\n" in value or b"\r" in value:
+                try:
+                    value = encode(decode(value))
+                except Exception:  # MalformedEvent: the loader names the line
+                    value = value.replace(b"\n", b" ").replace(b"\r", b" ")
+            if kind == KIND_INPUT:
+                close()
+                group_at, group_input, start = at, eid, pos
+                report.inputs += 1
+            else:
+                if group_at is None or causes[i] != group_input:
+                    close()   # a decision outside its input's group: kept in place
+                    group_at, group_input, start = at, causes[i], pos
+                report.decisions += 1
+            out += value
+            out += b"\n"
+            pos += len(value) + 1
+            report.events += 1
     close()
+    fh.write(out)
     return groups
 
 
@@ -136,12 +155,10 @@ def write_events(root: str | Path, out: IO[bytes]) -> EventsReport:
     with tempfile.TemporaryDirectory(prefix="allot-archive-events-") as tmp:
         spools: list[tuple[Path, list[tuple[int, int, int]]]] = []
         for p in manifest.partitions():
-            table = _partition_rows(root, manifest, p)
             report.partitions += 1
             path = Path(tmp) / f"p{p}.jsonl"
             with open(path, "wb") as fh:
-                groups = _spool(table, p, fh, report) if table is not None else []
-            del table
+                groups = _spool(_partition_batches(root, manifest, p), p, fh, report)
             spools.append((path, groups))
         handles = [open(path, "rb") for path, _ in spools]  # noqa: SIM115 - closed below
         try:

@@ -422,9 +422,43 @@ async def first_record(consumer: AIOKafkaConsumer, journal: str, p: int) -> Any:
     raise ArchiveError(f"{journal}[{p}]: no record at offset 0")
 
 
+def archive_records(root: str | Path, records: Iterable[tuple[int, int, bytes | None, bytes | None,
+                                                           Iterable[tuple[str, bytes]]]],
+                    prefix: str = "", *, partition: int = 0, flush_records: int = 200_000,
+                    compression: str = "zstd") -> ArchiveStats:
+    """Archive journal records already in hand, without a broker: the same files and commits.
+
+    ``records`` are one journal partition's (offset, timestamp, key, value,
+    headers), in offset order from where the archive ends (``Manifest.next_offset``),
+    with no gap. For tools and benchmarks that build an archive from a log
+    (benchmarks/bench_audit_archive.py); the archiver itself reads Kafka.
+    Raises ArchiveError on an offset out of sequence (nothing of its batch is committed).
+    """
+    arch = Archiver("", root, prefix, flush_records=flush_records, compression=compression)
+    arch._take_lock()
+    try:
+        arch.manifest = manifest = Manifest(arch.root)
+        arch.stats.recovered = manifest.recover()
+        pending = {partition: _Pending(manifest.next_offset(partition))}
+        days: dict[int, str] = {}
+        for offset, timestamp, key, value, headers in records:
+            pb = pending[partition]
+            if offset != pb.last + 1:
+                raise ArchiveError(f"partition {partition}: offset {offset} after {pb.last} "
+                                   f"(records must follow the archive's end without a gap)")
+            add_record(pb, offset, timestamp, key, value, headers, days)
+            if pb.records >= flush_records:
+                arch._flush(partition, pending)
+        arch._flush(partition, pending)
+    finally:
+        arch._release_lock()
+    return arch.stats
+
+
 async def archive_once(bootstrap: str, root: str | Path, prefix: str = "", **kw: Any) -> ArchiveStats:
     """Archive the journal up to its end as of now, and return."""
     return await Archiver(bootstrap, root, prefix, **kw).run(once=True)
 
 
-__all__ = ["ArchiveStats", "Archiver", "add_record", "archive_once", "first_record"]
+__all__ = ["ArchiveStats", "Archiver", "add_record", "archive_once", "archive_records",
+           "first_record"]

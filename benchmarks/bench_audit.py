@@ -172,7 +172,9 @@ def _settle(eng: Engine, mk: Inputs, feed: Callable[[Event], None],
     """Deliver what is due at ``now`` (finishes, cancels, repairs), then run a cycle."""
     while agenda and agenda[0][0] <= now:
         _, _, wid, run = heapq.heappop(agenda)
-        w = eng.state.workloads.all[wid]
+        w = eng.state.workloads.all.get(wid)
+        if w is None:
+            continue  # ended and dropped from the live state: nothing left to cancel or finish
         if run == -1:
             if w.status in ("pending", "running"):
                 feed(mk.cancel(wid, actor=w.user, at=now))

@@ -1,0 +1,33 @@
+"""bench_live_scale runs end to end at a tiny size: every phase reports, the archive step too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks import bench_live, bench_live_scale
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+
+def test_the_scale_benchmark_runs_at_a_tiny_size(kafka: str, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench_live, "OUT", tmp_path)
+    monkeypatch.setattr(bench_live_scale, "OUT", tmp_path)
+    r = bench_live_scale.main(["--unsigned", "--pending", "300", "--rates", "200",
+                               "--seconds", "1", "--broker-records", "1000", "--archive",
+                               "--bootstrap", kafka])
+    run = r["unsigned"]
+    assert run["fill"]["capacity_gpus"] == 10_000          # the scale-10k cluster
+    assert run["fill"]["gpus"] >= 10_000                   # demand up to capacity
+    assert run["queue"]["submissions"] == 300
+    assert run["queue"]["pending_after"] > 0               # work waits
+    churn = run["churn_200"]
+    assert churn["journaled"]["n"] == churn["submissions"] == 200
+    assert churn["decided"]["n"] == 200
+    assert churn["finishes"] > 0
+    assert run["rss_peak_mb"] > 10
+    assert r["archive"]["records"] >= run["journal_records"]
+    assert r["archive"]["archive_per_s"] > 0
+    assert (tmp_path / "scale-results.json").is_file()
