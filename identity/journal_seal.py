@@ -318,3 +318,20 @@ def say_export_seals(report: Any) -> None:
         print(f"allot journal export: {report.legacy:,} record(s) with v1 seals and "
               f"{report.unsealed:,} unsealed record(s) from before seals: kept, not verifiable "
               f"without the workers' secret", file=sys.stderr)
+
+
+def reader_seals(settings: Any, log: Any = None) -> SealCheck | None:
+    """The seal check of a journal reader that acts on decisions (an executor), from its settings.
+
+    Trusts the workers' public keys only (``reader_check`` without the secret: a
+    reader never holds the tick key): the keyring file's, else the ticker key
+    ``allot up`` keeps in the local key directory. With none known the reader
+    cannot tell a forged decision from a real one: it says so, loudly, once.
+    """
+    check = reader_check(settings.keyring_file, None, settings.ticker_principal)
+    if check is None and log is not None:
+        log.warning("journal.seals_unchecked",
+                    why="no worker public key known (keyring_file with an `allot.ticker` entry, "
+                        "or the local key directory of `allot up`): decisions are acted on "
+                        "without checking that a worker signed them")
+    return check

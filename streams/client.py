@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -51,6 +51,9 @@ from streams.records import (
     decode_dead_letter,
     topic,
 )
+
+if TYPE_CHECKING:
+    from identity.journal_seal import SealCheck
 
 T = TypeVar("T")
 
@@ -130,7 +133,8 @@ class Client:
                  signer: tuple[str, bytes] | None = None, keychain: Any = None,
                  retries: int = 5,
                  retry_backoff_s: float = 0.25, request_timeout_ms: int = 10_000,
-                 tail_wait_ms: int = TAIL_WAIT_MS, client_id: str = "allot-client") -> None:
+                 tail_wait_ms: int = TAIL_WAIT_MS, client_id: str = "allot-client",
+                 seal_check: SealCheck | None = None) -> None:
         self.bootstrap = bootstrap
         self.prefix = prefix
         self.inbox = topic(INBOX, prefix)
@@ -144,6 +148,9 @@ class Client:
         self.request_timeout_ms = request_timeout_ms
         self.tail_wait_ms = tail_wait_ms
         self.client_id = client_id
+        # identity.journal_seal.SealCheck: every tail counts only records a worker
+        # signed (an executor must never act on a forged decision); None: unchecked.
+        self.seal_check = seal_check
         self._producer: AIOKafkaProducer | None = None
         self._partitions: dict[str, int] = {}
 
@@ -251,7 +258,8 @@ class Client:
         """A started ``JournalTail`` on ``cluster``'s journal partition."""
         p = partition_for(cluster, await self.partitions(self.journal))
         t = JournalTail(self.bootstrap, self.journal, p, start=start,
-                        tail_wait_ms=self.tail_wait_ms, client_id=f"{self.client_id}-tail")
+                        tail_wait_ms=self.tail_wait_ms, client_id=f"{self.client_id}-tail",
+                        seal_check=self.seal_check)
         try:
             await t.start()
         except BaseException:

@@ -34,7 +34,7 @@ import hashlib
 import re
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -52,6 +52,9 @@ from events import (
     WorkloadSubmitted,
 )
 from events.errors import AllotError
+
+if TYPE_CHECKING:
+    from identity.journal_seal import SealCheck
 
 EXECUTOR_PRINCIPAL = "allot.executor"
 EXECUTOR_SOURCE = "allot.executor"
@@ -280,12 +283,14 @@ class SimulatedExecutor:
     def __init__(self, bootstrap: str, prefix: str, clusters: Iterable[str], *,
                  principal: str = EXECUTOR_PRINCIPAL, signing_key: bytes | None = None,
                  fail_fraction: float = 0.0, default_duration_s: int | None = None,
-                 seed: str = "", log: Any = None) -> None:
+                 seed: str = "", log: Any = None, seal_check: SealCheck | None = None) -> None:
         self.bootstrap = bootstrap
         self.prefix = prefix
         self.clusters = tuple(clusters)
         self.principal = principal
         self.signing_key = signing_key
+        # Only what a worker signed is acted on (None: unchecked; see ``reader_seals``).
+        self.seal_check = seal_check
         self.books = {c: ExecutorBook(c, default_duration_s, fail_fraction, seed)
                       for c in self.clusters}
         self.stats = Stats()
@@ -300,7 +305,8 @@ class SimulatedExecutor:
         from streams.client import Client, ClientError, partition_for
 
         signer = (self.principal, self.signing_key) if self.signing_key else None
-        client = Client(self.bootstrap, self.prefix, signer=signer, client_id="allot-executor")
+        client = Client(self.bootstrap, self.prefix, signer=signer, client_id="allot-executor",
+                        seal_check=self.seal_check)
         try:
             await client.start()
         except ClientError as exc:
@@ -392,6 +398,7 @@ def _main(args: Any) -> int:
     import signal
     import sys
 
+    from identity.journal_seal import reader_seals
     from streams import config, logs
 
     try:
@@ -408,7 +415,8 @@ def _main(args: Any) -> int:
         ex = SimulatedExecutor(settings.bootstrap, settings.topic_prefix,
                                args.clusters or settings.clusters, principal=args.principal,
                                signing_key=key, fail_fraction=args.fail_fraction,
-                               default_duration_s=args.default_duration, log=log)
+                               default_duration_s=args.default_duration, log=log,
+                               seal_check=reader_seals(settings, log))
 
         async def go() -> Stats:
             loop = asyncio.get_running_loop()

@@ -39,8 +39,8 @@ from identity.journal_seal import (
     trusted_keys,
     worker_public_key,
 )
+from streams.client import Client
 from streams.export import export_journal
-from streams.journal_tail import JournalTail
 from streams.processor import PartitionFold
 from streams.records import (
     JOURNAL,
@@ -144,18 +144,18 @@ def _readers_refuse_the_forgeries(live: Live, tmp_path: Path, monkeypatch: pytes
                          capture_output=True, text=True, timeout=180)
     assert cli.returncode == 0, cli.stderr
     assert f"REFUSED {n} journal record(s) no worker signed" in cli.stderr, cli.stderr
-    # A journal tail (what executors and views read through) given the same check.
+    # A client's journal tail (what the executors act on) given the same check.
     async def tail() -> tuple[list[str], int]:
-        t = JournalTail(live.bootstrap, topic(JOURNAL, live.prefix), live.partition_of(C),
-                        seal_check=SealCheck([worker_public_key(TICK_KEY.encode())]))
-        await t.start()
-        seen: list[str] = []
-        try:
-            while not t.caught_up or not seen:
-                seen += [getattr(i.event, "workload", "") for i in await t.poll(200)]
-        finally:
-            await t.stop()
-        return seen, t.forged
+        async with Client(live.bootstrap, live.prefix,
+                          seal_check=SealCheck([worker_public_key(TICK_KEY.encode())])) as c:
+            t = await c.tail(C, start="begin")
+            seen: list[str] = []
+            try:
+                while not t.caught_up or not seen:
+                    seen += [getattr(i.event, "workload", "") for i in await t.poll(200)]
+            finally:
+                await t.stop()
+            return seen, t.forged
     seen, refused = live.bg.run(tail())
     assert "ghost" not in seen and "w2" in seen and refused == n
     # allot audit verify, live: the same count, and not verified.

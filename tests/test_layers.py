@@ -27,7 +27,9 @@ ALLOWED: dict[str, set[str]] = {
     "projections": {"events", "native"},
     "scheduler": {"events", "projections", "native"},
     "simulator": {"events", "projections", "scheduler"},
-    "audit": {"events", "archive"},
+    # The audit loads an archive through archive/ and refuses, before loading, records
+    # no worker signed (identity.journal_seal, issue 23).
+    "audit": {"events", "archive", "identity"},
     # The archive reads the journal's records through streams.records (the fence) and
     # writes Parquet; the audit loads an archive through it (issue 25).
     "archive": {"events", "streams"},
@@ -35,8 +37,9 @@ ALLOWED: dict[str, set[str]] = {
                 "identity", "dashboard"},
     "allot": {"events", "projections", "scheduler", "simulator", "audit", "streams", "native",
               "whatif", "forecast", "archive", "identity", "monitor", "executor"},
-    # Keys and signatures; its audit verb reads the journal through streams.
-    "identity": {"events", "streams", "projections", "scheduler"},
+    # Keys and signatures; its audit verb reads the journal through streams, or an
+    # archive through archive/ (``allot audit verify --archive``).
+    "identity": {"events", "streams", "projections", "scheduler", "archive"},
     # The dashboard's static page and where it lies: imports nothing of allot.
     "dashboard": set(),
     # The real executor: reads the journal and publishes through streams' client,
