@@ -52,7 +52,7 @@ class Log:
 
 
 def _session(tmp: Path, grace: int, *, save: str = SAVE, restore: str | None = RESTORE,
-             script: str = SESSION) -> tuple[LocalExecutor, Journal, Log]:
+             command: tuple[str, ...] = ("sh", "-c", SESSION)) -> tuple[LocalExecutor, Journal, Log]:
     j = Journal()
     log = Log()
     env = [f"ALLOT_CHECKPOINT_HOOK={save}"] + ([f"ALLOT_RESTORE_HOOK={restore}"] if restore else [])
@@ -62,7 +62,7 @@ def _session(tmp: Path, grace: int, *, save: str = SAVE, restore: str | None = R
                        base_env={"PATH": os.environ["PATH"]}, kill_wait_s=1.0, log=log)
     for e in (j.mk.policy(at=T, preemption_grace_s=grace),
               j.mk.submit("nb", "lab/a", 1, 0, at=T, resumable=True, kind="interactive",
-                          command=("sh", "-c", script), workdir=str(workdir), env=tuple(env)),
+                          command=command, workdir=str(workdir), env=tuple(env)),
               j.mk.tick(T), j.started("nb", (("h0", 1),))):
         ex.book.add(e)
     return ex, j, log
@@ -216,3 +216,25 @@ def test_submit_sends_the_hooks_as_env_entries() -> None:
     with pytest.raises(ClientError, match="empty command"):
         run_spec(build_parser().parse_args(["submit", "--budget", "lab/a", "--gpus", "1",
                                             "--checkpoint-hook", " ", "--", "true"]))
+
+
+def test_the_example_session_keeps_its_cells_across_a_preemption(tmp_path: Path) -> None:
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    hook = examples / "session-hook.sh"
+    ex, j, _ = _session(tmp_path, grace=10, save=f"{hook} checkpoint",
+                        restore=f"{hook} restore", command=(str(examples / "session.sh"),))
+    assert ex.reconcile(time.time()) == []
+    wait_until(lambda: "session: run 1" in _run_log(ex, 1), 10, what="the session to start")
+    time.sleep(1.5)  # (a cell or two)
+    ex.book.add(j.preempted("nb"))
+    ex.book.add(j.mk.tick(T + 1))
+    [report] = _passes(ex, lambda r: r)
+    assert isinstance(report, WorkloadStopped)
+    text = _run_log(ex, 1)
+    saved = int(text.split("state saved at ")[1].split()[0])
+    assert saved >= 1 and "SIGTERM at" in text
+    _restart(ex, j)
+    ckpt = checkpoint_dir(tmp_path / "state" / "checkpoints", "nb", 1)
+    assert f"session: run 2 of nb, {saved} cells in memory (restored from: {ckpt})" in \
+        _run_log(ex, 2)
+    ex.supervisor.kill_now(ex.supervisor.runs[("nb", 2)], "test", time.time())
