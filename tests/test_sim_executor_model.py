@@ -91,26 +91,9 @@ def test_a_run_past_its_time_limit_ends_failed(tmp_path: Path) -> None:
 
 # -- sessions that can be restored (issue 26) ----------------------------------------------
 
-SESSION = SCENARIO.split("[[sources.workloads]]")[0] + """
-[[sources.workloads]]
-workload = "session"
-submit_at = 0
-budget = "lab/b"
-user = "bob"
-gpus = 8
-kind = "interactive"
-resumable = true
-duration_s = 7200
-{hook}
-[[sources.workloads]]
-workload = "preemptor"
-submit_at = 600
-budget = "lab/a"
-user = "alice"
-gpus = 8
-min_runtime_s = 600
-duration_s = 600
-"""
+# The victim as an interactive session (with a checkpoint hook or not), and its preemptor.
+SESSION = SCENARIO.split('[[sources.workloads]]\nworkload = "limited"')[0].replace(
+    "stop_s = {stop_s}", 'kind = "interactive"\n{hook}')
 
 
 @pytest.mark.parametrize(("grace", "hook", "starts_at", "lost_s", "completed", "cut"), [
@@ -130,7 +113,7 @@ def test_a_sessions_checkpoint_hook_saves_its_state_only_within_the_grace(
                                    hook="" if hook is None else f"checkpoint_hook_s = {hook}"))
     sc = load_scenario(path)
     result = Simulation(sc, "allot", tmp_path).run()
-    assert _at(result.log, sc.epoch, WorkloadPreempted, "session")[0] == 600
+    assert _at(result.log, sc.epoch, WorkloadPreempted, "victim") == [600]
     assert _at(result.log, sc.epoch, WorkloadStarted, "preemptor") == [starts_at]
     assert result.lost_state_gpu_s.get("interactive", 0) == 8 * lost_s
     assert (result.hooks_completed, result.hooks_cut) == (completed, cut)
