@@ -19,7 +19,7 @@ from executor.hooks import COMPLETE, checkpoint_dir, declared, hook_budget_s, la
 from executor.local import LocalExecutor
 from simulator.spec import hook_budget_s as sim_hook_budget_s
 from tests.kafka import wait_until
-from tests.test_executor_local import GPUS, Journal, T, _passes
+from tests.test_executor_local import GPUS, Journal, T, reconcile_until
 
 # The session: state only in memory (n), written to $ALLOT_CHECKPOINT_DIR on SIGUSR1;
 # it starts from $ALLOT_RESTORE_FROM's state (via the restore hook's copy) if any.
@@ -94,7 +94,7 @@ def _restart(ex: LocalExecutor, j: Journal) -> None:
 def test_the_checkpoint_hook_runs_before_sigterm_and_the_next_run_restores(tmp_path: Path) -> None:
     ex, j, log = _session(tmp_path, grace=6)
     t0 = _preempt(ex, j)
-    [report] = _passes(ex, lambda r: r)
+    [report] = reconcile_until(ex, lambda r: r)
     assert isinstance(report, WorkloadStopped) and report.exit_code == 0
     assert time.monotonic() - t0 < 6, "stopped within the grace"
     ckpt = checkpoint_dir(tmp_path / "state" / "checkpoints", "nb", 1)
@@ -121,7 +121,7 @@ def test_the_checkpoint_hook_runs_before_sigterm_and_the_next_run_restores(tmp_p
 def test_a_failing_hook_is_reported_and_the_run_still_stops_in_time(tmp_path: Path) -> None:
     ex, j, log = _session(tmp_path, grace=6, save="echo cannot save; exit 3")
     t0 = _preempt(ex, j)
-    [report] = _passes(ex, lambda r: r)
+    [report] = reconcile_until(ex, lambda r: r)
     assert isinstance(report, WorkloadStopped)
     assert time.monotonic() - t0 < 6
     ckpt = checkpoint_dir(tmp_path / "state" / "checkpoints", "nb", 1)
@@ -142,7 +142,7 @@ def test_a_hook_that_outlasts_its_share_of_the_grace_is_killed_and_sigterm_follo
     pidfile = tmp_path / "hook.pid"
     ex, j, log = _session(tmp_path, grace=4, save=f"echo $$ > {pidfile}; sleep 60")
     t0 = _preempt(ex, j)
-    [report] = _passes(ex, lambda r: r, timeout=15)
+    [report] = reconcile_until(ex, lambda r: r, timeout=15)
     took = time.monotonic() - t0
     assert isinstance(report, WorkloadStopped) and report.exit_code == 0  # its TERM trap ran
     # The hook had hook_budget_s(4) = 3 s, then SIGTERM; all before the grace's 4 s.
@@ -186,7 +186,7 @@ def test_a_restarted_executor_adopts_a_running_hook(tmp_path: Path) -> None:
     assert adopted.hook_proc is None and again.supervisor.hook_running(adopted)
     assert again.reconcile(time.time()) == []  # still waiting for the hook
     go.touch()
-    [report] = _passes(again, lambda r: r)
+    [report] = reconcile_until(again, lambda r: r)
     assert isinstance(report, WorkloadStopped) and report.exit_code == 0
     assert log.named("executor.checkpoint_saved")
     assert s.hook_proc is not None and s.hook_proc.wait(5) == 0  # (reap the first one's child)
@@ -228,7 +228,7 @@ def test_the_example_session_keeps_its_cells_across_a_preemption(tmp_path: Path)
     time.sleep(1.5)  # (a cell or two)
     ex.book.add(j.preempted("nb"))
     ex.book.add(j.mk.tick(T + 1))
-    [report] = _passes(ex, lambda r: r)
+    [report] = reconcile_until(ex, lambda r: r)
     assert isinstance(report, WorkloadStopped)
     text = _run_log(ex, 1)
     saved = int(text.split("state saved at ")[1].split()[0])
