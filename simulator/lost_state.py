@@ -35,7 +35,7 @@ import msgspec
 
 from events import WorkloadPreempted
 from simulator.driver import SimResult
-from simulator.scenario import Scenario, load_scenario
+from simulator.scenario import Scenario, load_scenario, with_overrides
 from simulator.seeds import format_interval, run_seeds
 from simulator.sources import generator
 
@@ -101,17 +101,22 @@ def main(argv: list[str] | None = None) -> int:
                     help="how long a requeued session takes to restore (default 300)")
     ap.add_argument("--configs", default=",".join(CONFIGS),
                     help=f"which of {', '.join(CONFIGS)} to run (default: all)")
+    ap.add_argument("--horizon-days", type=float, default=None, metavar="DAYS",
+                    help="simulate only the first DAYS days (default: the scenario's horizon)")
     ap.add_argument("--workers", type=int, default=1,
                     help="processes at a time (default 1: the machine may be shared)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args(argv)
     scenario = load_scenario(args.scenario)
+    if args.horizon_days is not None:
+        scenario = with_overrides(scenario, horizon_days=args.horizon_days)
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [scenario.seed]
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     bad = [c for c in configs if c not in CONFIGS]
     if bad:
         ap.error(f"unknown configuration {bad[0]!r} (one of {', '.join(CONFIGS)})")
-    out: dict[str, Any] = {"scenario": scenario.name, "seeds": seeds, "grace_s": args.grace,
+    out: dict[str, Any] = {"scenario": scenario.name, "seeds": seeds,
+                           "horizon_days": scenario.horizon_days, "grace_s": args.grace,
                            "hook_s": args.hook, "restore_s": args.restore, "configs": {}}
     for config in configs:
         try:
