@@ -7,7 +7,7 @@ with ``sh -c`` (docs/executor.md, "Sessions that can be restored"):
 - ``ALLOT_CHECKPOINT_HOOK``: on a preemption with a grace, the executor runs it
   *before* SIGTERM, for at most ``hook_budget_s(grace)`` (the rest of the grace
   is the command's, for its own SIGTERM handling), in the run's environment
-  plus ``ALLOT_CHECKPOINT_DIR`` (an empty directory for this run's checkpoint)
+  plus ``ALLOT_CHECKPOINT_DIR`` (this run's checkpoint directory, made at its start)
   and ``ALLOT_COMMAND_PID`` (the command's pid: a hook may signal it). Exit 0
   within its time completes the checkpoint: the directory gets a marker file,
   ``allot-checkpoint.json``. Anything else (a non-zero exit, the time running
@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -132,9 +131,10 @@ def run_checkpoint_hook(run_dir: Path, deadline: float) -> dict[str, Any]:
         note(log, f"checkpoint hook: running {hook!r} into {ckpt} "
                    f"(at most {max(0.0, deadline - t0):.0f} s)")
         try:
-            # A fresh directory: what an earlier, cut attempt left is not a checkpoint.
-            shutil.rmtree(ckpt, ignore_errors=True)
-            ckpt.mkdir(parents=True)
+            # (The command may have written there too: kept. Only this hook's exit 0
+            # marks the directory complete, so a cut earlier attempt's mark goes.)
+            ckpt.mkdir(parents=True, exist_ok=True)
+            (ckpt / COMPLETE).unlink(missing_ok=True)
             proc = subprocess.Popen(["sh", "-c", hook], cwd=spec.get("workdir") or None, env=env,
                                     stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, process_group=0)

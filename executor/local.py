@@ -297,6 +297,8 @@ class LocalExecutor:
                        grace_s=submitted.grace_s or 0, checkpoint_dir=ckpt,
                        restore_from=restore)
         try:
+            if ckpt is not None:
+                Path(ckpt).mkdir(parents=True, exist_ok=True)
             s = sup.launch(spec)
         except OSError as exc:  # (the state directory is not writable, the fork failed)
             self._info("executor.cannot_start", workload=share.workload, run=share.run,
