@@ -61,7 +61,8 @@ def register(executor_parser: argparse.ArgumentParser) -> None:
                     "its GPUs (gangs: MASTER_ADDR, RANK, WORLD_SIZE), one log file per workload "
                     "and run; report workload.finished (exit 0: succeeded, else failed with the "
                     "code or signal). On workload.preempted: SIGTERM, the policy's grace, "
-                    "SIGKILL, then workload.stopped. Runs past their time limit are stopped and "
+                    "SIGKILL, then workload.stopped (a checkpoint hook runs first, within the grace; "
+                    "the requeued run gets ALLOT_RESTORE_FROM and its restore hook). Runs past their time limit are stopped and "
                     "reported failed, reason time_limit. Restart-safe: its state directory says "
                     "what it launched; it reports what ended while it was down and never starts "
                     "a run twice. Stopping the executor leaves its runs running. "
@@ -76,6 +77,10 @@ def register(executor_parser: argparse.ArgumentParser) -> None:
     p.add_argument("--log-dir", default=None, metavar="DIR",
                    help="where run logs go when a workload names no log_path (default "
                         "STATE_DIR/logs)")
+    p.add_argument("--checkpoint-dir", default=None, metavar="DIR",
+                   help="where checkpoint hooks write, one directory per workload and run "
+                        "(default STATE_DIR/checkpoints; a directory the hosts share lets a "
+                        "run requeued on another host restore)")
     p.add_argument("--kill-wait", type=duration_value, default=10, metavar="DURATION",
                    help="SIGTERM to SIGKILL for stops other than preemptions (cancel, time "
                         "limit) when the workload asks for no grace (default 10s)")
@@ -126,7 +131,9 @@ def _main(args: Any) -> int:
                            args.cluster or settings.clusters[0], args.host, ids, state_dir,
                            log_dir=Path(args.log_dir).absolute() if args.log_dir else None,
                            principal=args.principal, signing_key=key,
-                           kill_wait_s=float(args.kill_wait), log=log)
+                           kill_wait_s=float(args.kill_wait), log=log,
+                           checkpoint_root=Path(args.checkpoint_dir).absolute()
+                           if args.checkpoint_dir else None)
 
         async def go() -> None:
             loop = asyncio.get_running_loop()

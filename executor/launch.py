@@ -8,6 +8,9 @@ still recorded, in ``status.json``, because this process (not the executor)
 is the command's parent.
 
 - ``pid.json``: written first, ``{"pid", "started_at"}`` (wall-clock seconds).
+- ``command.json``: the command's own pid, once it runs (a checkpoint hook may signal it).
+- ``restore.json``: the restore hook's outcome, when the run restores a checkpoint
+  (``executor.hooks``: the hook runs first, in this process group).
 - ``status.json``: written last, ``{"exit_code", "signal", "error"}``.
 
 SIGTERM to the group is meant for the command: this process ignores it (with
@@ -25,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-SPEC, PID, STATUS = "spec.json", "pid.json", "status.json"
+SPEC, PID, STATUS, COMMAND = "spec.json", "pid.json", "status.json", "command.json"
 
 
 def write_json(path: Path, value: object) -> None:
@@ -46,9 +49,18 @@ def main(argv: list[str]) -> int:
     try:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
+            env = spec["environment"]
+            if env.get("ALLOT_RESTORE_HOOK") and env.get("ALLOT_RESTORE_FROM"):
+                from executor.hooks import RESTORE_STATUS, run_restore_hook
+
+                restored = run_restore_hook(env, spec.get("workdir"), log)
+                write_json(run_dir / RESTORE_STATUS, restored)
+                env = {**env, "ALLOT_RESTORE_STATUS":
+                       "ok" if restored["outcome"] == "completed" else "failed"}
             proc = subprocess.Popen(spec["argv"], cwd=spec.get("workdir") or None,
-                                    env=spec["environment"], stdin=subprocess.DEVNULL,
+                                    env=env, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT)
+            write_json(run_dir / COMMAND, {"pid": proc.pid})
             while True:
                 try:
                     code = proc.wait()

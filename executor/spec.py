@@ -35,6 +35,10 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     log_path: str
     time_limit_s: int | None = None
     grace_s: int = 0                # how long a stop waits between SIGTERM and SIGKILL
+    # With hooks (executor.hooks): where this share's checkpoint goes, and the
+    # completed checkpoint of an earlier run it restores from (None: none).
+    checkpoint_dir: str | None = None
+    restore_from: str | None = None
 
 
 def safe_name(text: str, limit: int = 80) -> str:
@@ -75,7 +79,8 @@ def run_environment(spec: RunSpec, base: Mapping[str, str]) -> dict[str, str]:
     is exactly this share's. The gang variables follow torchrun's names, one
     process group per host: ``RANK``/``NODE_RANK`` is the host's index in the
     placement, ``WORLD_SIZE``/``NNODES`` the number of hosts, ``MASTER_ADDR`` the
-    first host, ``LOCAL_WORLD_SIZE`` the GPUs here.
+    first host, ``LOCAL_WORLD_SIZE`` the GPUs here. A run with hooks also gets
+    ``ALLOT_CHECKPOINT_DIR`` and, when it restores, ``ALLOT_RESTORE_FROM``.
     """
     env = dict(base)
     for item in spec.env:
@@ -98,6 +103,10 @@ def run_environment(spec: RunSpec, base: Mapping[str, str]) -> dict[str, str]:
         "ALLOT_HOST": spec.host,
         "ALLOT_HOSTS": ",".join(spec.hosts),
     })
+    if spec.checkpoint_dir is not None:
+        env["ALLOT_CHECKPOINT_DIR"] = spec.checkpoint_dir
+    if spec.restore_from is not None:
+        env["ALLOT_RESTORE_FROM"] = spec.restore_from
     return env
 
 

@@ -8,8 +8,10 @@ ever launched (``runs/<workload>.run<N>``):
                   spawned), so a run is never started twice;
 - ``pid.json``    the launcher's pid (= its process group) and wall-clock start;
 - ``status.json`` how the command ended (written by ``executor.launch``);
-- ``stop.json``   a stop the executor began: why, when SIGTERM went, the
+- ``stop.json``   a stop the executor began: why, when SIGTERM went (None while
+                  a checkpoint hook runs first: its pid and deadline), the
                   SIGKILL deadline, whether SIGKILL went;
+- ``hook.json``   the checkpoint hook's outcome (written by ``executor.hooks``);
 - ``reported.json`` the id of the report sent for it (nothing more to do).
 
 A restarted executor reads these back (``Supervisor.load``): a process still
@@ -21,6 +23,7 @@ without it (the machine rebooted) is ``lost``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -34,6 +37,7 @@ from typing import Any
 
 import msgspec
 
+from executor.hooks import HOOK_STATUS, RESTORE_STATUS
 from executor.launch import PID, SPEC, STATUS, write_json
 from executor.spec import RunSpec, log_file, run_environment, safe_name
 
@@ -64,6 +68,7 @@ class Supervised:
         self.started_at: float | None = None
         self.stop: dict[str, Any] | None = None
         self.reported: str | None = None
+        self.hook_proc: subprocess.Popen[bytes] | None = None  # its checkpoint hook's runner
 
     @property
     def key(self) -> tuple[str, int]:
@@ -224,6 +229,65 @@ class Supervisor:
         write_json(s.path / STOP, s.stop)
         self._signal(s, signal.SIGTERM)
 
+    def checkpoint_first(self, s: Supervised, grace_s: float, hook_s: float, now: float) -> None:
+        """Begin a preemption's stop with the checkpoint hook: SIGTERM waits for it (``term_due``).
+
+        The hook runs for at most ``hook_s``; SIGKILL still comes ``grace_s`` from now.
+        """
+        if s.stop is not None:
+            return
+        s.stop = {"reason": "preempted", "term_at": None, "kill_at": now + max(0.0, grace_s),
+                  "killed": False, "hook_until": now + hook_s, "hook_s": hook_s, "hook_pid": None}
+        write_json(s.path / STOP, s.stop)
+        s.hook_proc = subprocess.Popen(
+            [sys.executable, "-m", "executor.hooks", str(s.path / SPEC), repr(now + hook_s)],
+            start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, cwd=str(Path(__file__).resolve().parent.parent))
+        s.stop["hook_pid"] = s.hook_proc.pid
+        write_json(s.path / STOP, s.stop)
+
+    def hook_running(self, s: Supervised) -> bool:
+        """Whether the share's checkpoint hook (its runner) still runs."""
+        if s.hook_proc is not None:
+            return s.hook_proc.poll() is None
+        pid = (s.stop or {}).get("hook_pid")
+        # Adopted after a restart: alive if the pid is still the runner of this run.
+        return pid is not None and str(s.path / SPEC).encode() in _cmdline(int(pid)).split(b"\0")
+
+    def hook_outcome(self, s: Supervised) -> dict[str, Any] | None:
+        """The checkpoint hook's recorded outcome (None: none recorded, or still running)."""
+        out = _read(s.path / HOOK_STATUS)
+        return None if out is None or out.get("outcome") == "running" else out
+
+    def restore_outcome(self, s: Supervised) -> dict[str, Any] | None:
+        """The restore hook's outcome, once the share's launcher recorded it."""
+        return _read(s.path / RESTORE_STATUS)
+
+    def kill_hook(self, s: Supervised) -> None:
+        """SIGKILL the checkpoint hook and its runner (past its time; the runner should have)."""
+        if self.hook_running(s):
+            with contextlib.suppress(OSError):
+                os.killpg(int(s.stop["hook_pid"]), signal.SIGKILL)  # type: ignore[index]
+        out = _read(s.path / HOOK_STATUS) or {}
+        if out.get("outcome") == "running" and out.get("pgid"):
+            with contextlib.suppress(OSError):
+                os.killpg(int(out["pgid"]), signal.SIGKILL)
+
+    def term_due(self, s: Supervised, now: float) -> bool:
+        """Send the SIGTERM a checkpoint hook held back, once it ended or its time is up.
+
+        True when it went now (the caller reports the hook's outcome).
+        """
+        if s.stop is None or s.stop.get("term_at") is not None:
+            return False
+        if self.hook_running(s) and now < float(s.stop["hook_until"]):
+            return False
+        self.kill_hook(s)
+        s.stop["term_at"] = now
+        write_json(s.path / STOP, s.stop)
+        self._signal(s, signal.SIGTERM)
+        return True
+
     def kill_now(self, s: Supervised, reason: str, now: float) -> None:
         """SIGKILL at once (its GPUs are needed now)."""
         if s.stop is None:
@@ -235,6 +299,8 @@ class Supervisor:
         """Send SIGKILL if this share's grace is over and it still runs."""
         if s.stop is None or s.stop.get("killed") or now < float(s.stop["kill_at"]):
             return
+        if s.stop.get("hook_pid") is not None:
+            self.kill_hook(s)  # (its time ended before the grace's; belt and braces)
         if self.alive(s):
             s.stop["killed"] = True
             write_json(s.path / STOP, s.stop)

@@ -12,9 +12,12 @@ a resumable victim keeps the work up to its last checkpoint (every
 unset) and its next run first spends ``restart_overhead_s``; a victim that
 cannot resume loses its whole run, and its owner resubmits it from scratch if
 its ``resubmits`` count allows (a new workload ``<first id>-r<n>`` whose
-submission names the one it re-runs in ``resubmit_of``). ``SimResult`` counts
-the GPU-seconds lost that way, the ground truth the audit's figure is checked
-against.
+submission names the one it re-runs in ``resubmit_of``). A session that can be
+restored (``WorkloadSpec.checkpoint_hook_s``) runs its checkpoint hook when
+preempted: if the hook completes within the grace it keeps its whole run.
+``SimResult`` counts the GPU-seconds lost that way, the ground truth the
+audit's figure is checked against, and per class the state lost (the work, not
+counting restarts).
 
 Under the policies a scenario's squatting model names (the old scheduler's),
 some researchers hold idle jobs to debug on: the driver keeps each squatter's
@@ -60,7 +63,7 @@ from scheduler import Engine
 from scheduler.state import State
 from simulator.scenario import Scenario, ScenarioError
 from simulator.sources import SourceOutput, SquatConfig, explicit, generator, philly
-from simulator.spec import BudgetNodeSpec, SquatterSpec, WorkloadSpec
+from simulator.spec import BudgetNodeSpec, SquatterSpec, WorkloadSpec, hook_budget_s
 
 # Order of work at one moment: capacity comes back before new work arrives,
 # and the cycle (tick) runs last, seeing everything that happened at that time.
@@ -118,6 +121,14 @@ class SimResult(msgspec.Struct, kw_only=True):
     clamped: int = 0
     refused_over_cap: int = 0
     refused_over_cap_gpu_s: int = 0  # the GPU-time (gpus x duration) of the refused ones
+    # Per workload kind, the GPU-seconds of run time preempted victims lost (since
+    # their last checkpoint, or their whole run): ``lost_gpu_s`` without the
+    # restart overheads. For interactive sessions, the in-memory state lost.
+    lost_state_gpu_s: dict[str, int] = msgspec.field(default_factory=dict)
+    # Checkpoint hooks of preempted sessions (issue 26): completed within the
+    # grace, or cut short by it (no grace, or a hook longer than the grace allows).
+    hooks_completed: int = 0
+    hooks_cut: int = 0
 
 
 def load_sources(scenario: Scenario, base_dir: Path) -> SourceOutput:
@@ -310,8 +321,11 @@ class Simulation:
         last_t = 0
         cycles = 0
 
+        lost_state: dict[str, int] = {}
+        hooks_completed = hooks_cut = 0
+
         def handle(derived: list[Event], t: int) -> None:
-            nonlocal wanted, lost_gpu_s
+            nonlocal wanted, lost_gpu_s, hooks_completed, hooks_cut
             for d in derived:
                 if type(d) is WorkloadStarted:
                     wid = d.workload
@@ -335,8 +349,14 @@ class Simulation:
                     spec = specs[wid]
                     ran = t - run_start[wid]
                     grace = state.grace_of(wid) if state.policy.preemption_grace_s else 0
-                    if grace > 0 and max(1, spec.stop_s) < grace:
-                        push(t + max(1, spec.stop_s), STOPPED, (wid, run_no[wid]))
+                    hook = spec.checkpoint_hook_s
+                    # A checkpoint hook runs before SIGTERM, for at most its share
+                    # of the grace: the stop takes that long more.
+                    hook_s = 0 if hook is None or grace <= 0 else min(hook, hook_budget_s(grace))
+                    hooked = hook is not None and grace > 0 and hook <= hook_budget_s(grace)
+                    stop_s = spec.stop_s + hook_s
+                    if grace > 0 and max(1, stop_s) < grace:
+                        push(t + max(1, stop_s), STOPPED, (wid, run_no[wid]))
                     elif grace > 0 and t + grace not in ticks_at:
                         # The grace's end frees the GPUs at a tick: the live ticker
                         # would run one within a second, and so does the simulation.
@@ -347,7 +367,17 @@ class Simulation:
                         # first reloads it.
                         every = spec.checkpoint_interval_s
                         saved = ran - ran % every if every else ran
+                        if hook is not None:
+                            # A session with hooks saves all of its state if the
+                            # hook completes; else only its periodic checkpoints.
+                            if hooked:
+                                saved = ran
+                                hooks_completed += 1
+                            else:
+                                saved = ran - ran % every if every else 0
+                                hooks_cut += 1
                         lost_gpu_s += spec.gpus * (ran - saved + spec.restart_overhead_s)
+                        lost_state[spec.kind] = lost_state.get(spec.kind, 0) + spec.gpus * (ran - saved)
                         remaining[wid] = max(1, remaining[wid] - saved + spec.restart_overhead_s)
                         # It may restart elsewhere at once: the live ticker would run
                         # the next cycle a second later, and so does the simulation.
@@ -356,6 +386,7 @@ class Simulation:
                             push(t + 1, TICK, None)
                     else:
                         lost_gpu_s += spec.gpus * ran
+                        lost_state[spec.kind] = lost_state.get(spec.kind, 0) + spec.gpus * ran
                         wanted -= spec.gpus
                         if wid in hold_of:
                             ended(wid, t)
@@ -484,6 +515,9 @@ class Simulation:
             clamped=clamped,
             refused_over_cap=refused_over_cap,
             refused_over_cap_gpu_s=refused_over_cap_gpu_s,
+            lost_state_gpu_s=dict(sorted(lost_state.items())),
+            hooks_completed=hooks_completed,
+            hooks_cut=hooks_cut,
         )
 
     def _schedule_faults(self, push: Callable[[int, int, object], None], horizon: int) -> None:

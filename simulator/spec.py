@@ -54,6 +54,23 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # never, when the grace ends first), and until then its GPUs stay held.
     time_limit_s: Annotated[int, msgspec.Meta(ge=1, le=INT64_MAX)] | None = None
     stop_s: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)] = 0
+    # A session that can be restored (issue 26): it declares a checkpoint hook
+    # that takes this long, run by the executor when it is preempted, before
+    # SIGTERM (docs/executor.md). If the hook completes within the grace
+    # (``hook_budget_s``), the run loses nothing of its state; otherwise it keeps
+    # what its last periodic checkpoint saved (none without
+    # ``checkpoint_interval_s``). None: no hook (the model above).
+    checkpoint_hook_s: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)] | None = None
+
+
+def hook_budget_s(grace_s: int) -> int:
+    """How long a checkpoint hook may run in a grace of ``grace_s``: the executor's rule.
+
+    The grace minus what is kept for the command's own SIGTERM handling (a
+    quarter of the grace, at most 30 s): ``executor.hooks.hook_deadline`` is the
+    same rule on wall-clock seconds (the simulator does not import the executor).
+    """
+    return grace_s - min(grace_s // 4, 30)
 
 
 class BudgetNodeSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

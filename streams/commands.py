@@ -102,6 +102,15 @@ def register(subparsers: Any) -> None:
                           "(default: one file per workload and run in the executor's log dir)")
     run.add_argument("--grace", type=duration_value, default=None, metavar="DURATION",
                      help="time it needs between SIGTERM and SIGKILL, if less than the policy's")
+    run.add_argument("--checkpoint-hook", default=None, metavar="CMD",
+                     help="a shell command the executor runs when the run is preempted, before "
+                          "SIGTERM and within the grace, to save its state into "
+                          "$ALLOT_CHECKPOINT_DIR ($ALLOT_COMMAND_PID is the command's pid); "
+                          "sent as the env entry ALLOT_CHECKPOINT_HOOK")
+    run.add_argument("--restore-hook", default=None, metavar="CMD",
+                     help="a shell command run before the command of a requeued run when an "
+                          "earlier run's checkpoint exists ($ALLOT_RESTORE_FROM names it); "
+                          "sent as the env entry ALLOT_RESTORE_HOOK")
     common(p)
     p.set_defaults(func=_guarded(_submit))
 
@@ -454,12 +463,22 @@ def run_spec(args: Any) -> dict[str, Any]:
     for item in args.env:
         if "=" not in item or item.startswith("="):
             raise ClientError(f"--env expects NAME=VALUE, got {item!r}")
+    env = list(args.env)
+    # The hooks travel as env entries (docs/events.md): a submission without them
+    # is byte-identical to one from before they existed.
+    for flag, name in (("checkpoint_hook", "ALLOT_CHECKPOINT_HOOK"),
+                       ("restore_hook", "ALLOT_RESTORE_HOOK")):
+        hook = getattr(args, flag, None)
+        if hook is not None:
+            if not hook.strip():
+                raise ClientError(f"--{flag.replace('_', '-')}: an empty command")
+            env.append(f"{name}={hook}")
     workdir = args.workdir
     if workdir is None and command:
         workdir = os.getcwd()
     return {"command": tuple(command) or None,
             "workdir": os.path.abspath(workdir) if workdir else None,
-            "env": tuple(args.env) or None, "log_path": args.log_path,
+            "env": tuple(env) or None, "log_path": args.log_path,
             "time_limit_s": args.time, "grace_s": args.grace}
 
 

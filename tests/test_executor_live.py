@@ -5,7 +5,8 @@ Short ``sh`` commands on fake GPU ids: exits reported with their codes,
 (the victim traps SIGTERM and checkpoints; its GPUs take no other work before
 ``workload.stopped``), a time limit, and kill -9 of the executor itself with
 work ending and starting while it is down: nothing lost, nothing run or
-reported twice.
+reported twice; a session's checkpoint hook before its preemption's SIGTERM,
+and its restore when it runs again.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from tests.kafka import REPO, Live, unique_prefix, wait_until
 
 pytestmark = pytest.mark.kafka
 
-CLUSTERS = ("xl-exit", "xl-grace", "xl-limit", "xl-crash", "xl-gang", "xl-fault")
+CLUSTERS = ("xl-exit", "xl-grace", "xl-limit", "xl-crash", "xl-gang", "xl-fault", "xl-hooks")
 GPU_IDS = "GPU-a,GPU-b,GPU-c,GPU-d"
 GRACE_S = 3
 
@@ -312,6 +313,38 @@ def test_a_faulted_hosts_run_checkpoints_stops_and_resumes_on_another(
     log2 = tmp_path / f"state{'' if there == 'h0' else '-h1'}" / "logs" / "r.run2.log"
     wait_until(lambda: log2.exists() and "resumed" in log2.read_text(), 10, what="run 2's log")
     assert log2.read_text().splitlines()[0] == f"resumed from run1 on {there}"
+    _no_rejected_reports(live, cluster)
+
+
+def test_a_preempted_session_checkpoints_through_its_hook_and_restores_when_requeued(
+        live: Live, tmp_path: Path, executor_for) -> None:
+    from tests.test_executor_hooks import RESTORE, SAVE, SESSION
+
+    cluster = "xl-hooks"
+    mk = _setup(live, cluster, preemption_grace_s=GRACE_S)
+    executor_for(cluster)
+    work = tmp_path / "work"
+    work.mkdir()
+    live.send(mk.submit("nb", "lab/b", 4, 0, at=int(time.time()), resumable=True,
+                        kind="interactive", command=_sh(SESSION), workdir=str(work),
+                        env=(f"ALLOT_CHECKPOINT_HOOK={SAVE}", f"ALLOT_RESTORE_HOOK={RESTORE}")))
+    _wait(live, cluster, WorkloadStarted, "nb")
+    time.sleep(0.5)  # (it counts, and sets its traps)
+    live.send(mk.submit("p", "lab/a", 4, 60, at=int(time.time()), command=_sh("sleep 1")))
+    _wait(live, cluster, WorkloadStopped, "nb", timeout=GRACE_S + 10)
+    # p ran on nb's GPUs and finished; nb was requeued and runs again, restored.
+    wait_until(lambda: len(_of(live, cluster, WorkloadStarted, "nb")) == 2, 20,
+               what="the session to start again")
+    ckpt = tmp_path / "state" / "checkpoints" / "nb" / "run1"
+    saved = int((ckpt / "state").read_text())
+    log2 = tmp_path / "state" / "logs" / "nb.run2.log"
+    wait_until(lambda: log2.exists() and "run 2" in log2.read_text(), 10, what="run 2's log")
+    [first] = [line for line in log2.read_text().splitlines() if line.startswith("run 2")]
+    assert saved > 0 and first == f"run 2 from n={saved} restore={ckpt} status=ok"
+    log1 = (tmp_path / "state" / "logs" / "nb.run1.log").read_text()
+    assert log1.index("checkpoint hook completed") < log1.index("TERM at n=")
+    [stopped] = _of(live, cluster, WorkloadStopped, "nb")
+    assert (stopped.run_number, stopped.exit_code) == (1, 0)
     _no_rejected_reports(live, cluster)
 
 

@@ -167,7 +167,7 @@ def _executor(tmp: Path, *events: Event) -> LocalExecutor:
     return ex
 
 
-def _passes(ex: LocalExecutor, until: Any, timeout: float = 10.0) -> list[Event]:
+def reconcile_until(ex: LocalExecutor, until: Any, timeout: float = 10.0) -> list[Event]:
     """Reconcile until ``until(reports)`` holds; every report made."""
     reports: list[Event] = []
     deadline = time.monotonic() + timeout
@@ -186,7 +186,7 @@ def test_a_started_share_runs_once_and_its_exit_is_reported_with_its_run(tmp_pat
     ex = _executor(tmp_path, j.mk.submit("w", "lab/a", 2, 0, at=T, command=("sh", "-c", "exit 4")),
                    j.mk.tick(T), j.started("w", (("h1", 8), ("h0", 2))))
     assert ex.book.active["w"].rank == 1
-    [report] = _passes(ex, lambda r: r)
+    [report] = reconcile_until(ex, lambda r: r)
     assert isinstance(report, WorkloadFinished)
     assert (report.id, report.outcome, report.exit_code, report.run_number) == (
         finished_id("c", "w", 1), "failed", 4, 1)
@@ -220,7 +220,7 @@ def test_a_preempted_share_is_stopped_with_the_grace_and_reported_stopped(tmp_pa
     time.sleep(0.2)  # (sh sets its trap)
     ex.book.add(j.preempted("w"))
     ex.book.add(j.mk.tick(T + 1))
-    [report] = _passes(ex, lambda r: r)
+    [report] = reconcile_until(ex, lambda r: r)
     assert isinstance(report, WorkloadStopped)
     assert (report.id, report.run_number, report.host, report.exit_code) == (
         stopped_id("c", "w", 1, "h0"), 1, "h0", 0)
@@ -235,7 +235,7 @@ def test_a_run_past_its_time_limit_is_stopped_and_reported_failed(tmp_path: Path
                                          command=("sh", "-c", "sleep 30")),
                    j.mk.tick(T), j.started("w", (("h0", 1),)))
     t0 = time.monotonic()
-    [report] = _passes(ex, lambda r: r)
+    [report] = reconcile_until(ex, lambda r: r)
     assert isinstance(report, WorkloadFinished)
     assert (report.outcome, report.reason, report.signal) == ("failed", "time_limit", "SIGTERM")
     assert 1.0 <= time.monotonic() - t0 < 5

@@ -85,6 +85,17 @@ class ClassConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     # A non-resumable workload makes progress only if it runs to the end, so its
     # owner asks for its whole run as minimum runtime (within the class's range).
     protect_whole_run: bool = False
+    # --- sessions that can be restored (issue 26; docs/executor.md, the hooks) ---
+    # The share of the class's workloads that declare a checkpoint hook and a
+    # restore hook (0: none, the default). Such a workload runs resumable (a
+    # preemption requeues it; its next run first spends ``restart_overhead_s``
+    # restoring) and keeps its in-memory state when its checkpoint hook, which
+    # takes ``checkpoint_hook_s``, completes within the preemption's grace;
+    # otherwise it keeps only what its last periodic checkpoint saved
+    # (``checkpoint_interval_s``; none when unset). Drawn from a stream of its
+    # own, so the class's other draws stay as they are.
+    restorable: Fraction = 0.0
+    checkpoint_hook_s: Seconds = 60
 
 
 class Config(msgspec.Struct, frozen=True, kw_only=True, tag="generator", forbid_unknown_fields=True):
@@ -295,6 +306,7 @@ def _generate(
     # The preemption cost is drawn from its own stream, so adding it leaves every
     # other draw (and so the workloads of a scenario without it) unchanged.
     cost_rng = random.Random(f"{seed}:class:{cls.kind}:cost")
+    restore_rng = random.Random(f"{seed}:class:{cls.kind}:restorable")
     if cls.checkpoint_interval_s is not None and cls.checkpoint_interval_s < 1:
         raise GeneratorError(f"class {cls.kind}: checkpoint_interval_s must be positive")
     if cls.restart_overhead_s < 0 or not 0 <= cls.resubmit <= 1:
@@ -334,10 +346,11 @@ def _generate(
         mr = (mr // 60) * 60 if mr >= 60 else mr
         prio = rng.choices((-1, 0, 1), weights=cls.priority_weights)[0]
         resumable = rng.random() < cls.resumable
+        restorable = bool(cls.restorable) and restore_rng.random() < cls.restorable
         if cls.protect_whole_run and not resumable and hi > 0:
             mr = max(lo, min(hi, dur // 60 * 60 if dur >= 60 else dur))
         offered += gpus * dur
-        out.append(WorkloadSpec(
+        spec = WorkloadSpec(
             workload=f"{cls.kind}-{i:06d}",
             submit_at=submit_at,
             budget=leaf,
@@ -354,5 +367,13 @@ def _generate(
             restart_overhead_s=cls.restart_overhead_s if resumable else 0,
             resubmits=(cls.resubmit_limit if not resumable and cls.resubmit > 0
                        and cost_rng.random() < cls.resubmit else 0),
-        ))
+        )
+        if restorable:
+            # Its contract is drawn as before (so the other draws stay paired with
+            # a run without restorable sessions); the hooks make it resumable.
+            spec = msgspec.structs.replace(
+                spec, resumable=True, checkpoint_interval_s=cls.checkpoint_interval_s,
+                restart_overhead_s=cls.restart_overhead_s, resubmits=0,
+                checkpoint_hook_s=cls.checkpoint_hook_s)
+        out.append(spec)
     return out
