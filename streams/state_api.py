@@ -42,7 +42,7 @@ from projections.workloads import ENDED, PENDING, RUNNING
 from scheduler import Engine
 from scheduler.index.fair_share_order import Ranking, commitments
 from scheduler.state import State
-from scheduler.time_text import date_text
+from scheduler.time_text import date_text, duration_text
 
 MAX_RUNS = 50_000
 MAX_SAMPLES = 2_000
@@ -344,7 +344,7 @@ class StateApi:
         raise StateError(404, f"no workload {workload!r} on "
                               f"{', '.join(names) if names else 'this worker'}"
                               + (f" (ended workloads leave the live state "
-                                 f"{held[0].state.lapse_s() // 86_400} d after they end; the "
+                                 f"{duration_text(held[0].state.lapse_s())} after they end; the "
                                  f"journal and the archive keep them)" if held else ""))
 
     # -- policy -------------------------------------------------------------------------------

@@ -276,11 +276,15 @@ class Worker:
             heartbeat_interval_ms=s.heartbeat_interval_ms,
             max_partition_fetch_bytes=4 * 1024 * 1024, client_id=f"allot-worker-{self.name}",
             **self._security)
-        self._consumer.subscribe([self.inbox], listener=_Listener(self))
-        # The group join waits on the broker for seconds: connect the producer and the reader
-        # meanwhile (the prefetch is restoring snapshots already).
+        # Connect first, subscribe after: aiokafka's start() of a subscribed consumer waits
+        # for the group's join (6 s on Tansu for a static member), and nothing would run
+        # meanwhile. Subscribed after it, the join runs in the background while the loop
+        # already runs, so a restarted worker takes the partitions its previous incarnation
+        # held on the liveness fast path, as soon as that one's heartbeats lapse, instead of
+        # waiting for the join (the group's assignment then joins the same claim; no fold).
         await asyncio.gather(self._consumer.start(), self._producer.start(), self._reader.start(),
                              self._start_liveness())
+        self._consumer.subscribe([self.inbox], listener=_Listener(self))
         if s.metrics_port >= 0:
             loop = asyncio.get_running_loop()
 

@@ -160,3 +160,32 @@ def test_a_version_4_snapshot_is_lifted_with_its_ended_workloads_ending_at_its_n
     st = restore_state(msgspec.msgpack.encode(old))
     assert list(st.workloads.ended) == [(2 * HOUR, "w1")]
     assert st.workloads.all["w1"].status == "succeeded"
+
+
+class _Source:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def engines(self) -> dict[str, Engine]:
+        return {"default": self.engine}
+
+
+def test_the_state_api_says_a_workload_left_the_live_state() -> None:
+    from streams.state_api import RunLog, StateApi, StateError
+
+    sim = _ended_one(window_s=DAY, dedupe_window_s=HOUR)
+    runs = RunLog()
+    for e in sim.journal:
+        runs.observe(e, sim.engine)  # (after the fact: end times as of the final state)
+    api = StateApi(_Source(sim.engine), runs)
+    assert [r["workload"] for r in api.history()["rows"]] == ["w1"]
+    sim.at(HOUR + DAY + 1)
+    with pytest.raises(StateError) as err:
+        api.explain("w1")
+    assert err.value.status == 404
+    text = str(err.value)
+    assert "not in the live state" in text or "in the live state of 'default'" in text
+    assert "ended before 1970-01-01 01:00:01 UTC" in text and "archive" in text
+    body = api.history()
+    assert body["rows"] == [] and body["forgotten_before"] == HOUR + 1
+    assert "have left the live state" in body["note"]
