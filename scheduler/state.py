@@ -206,7 +206,7 @@ class State:
                 f"submitted here, or it ended before {date_text(max(0, self.forgotten_before()))} "
                 f"(an ended workload leaves the live state {duration_text(self.lapse_s())} after "
                 f"it ends); the journal and the archive keep its whole history "
-                f"(allot explain ID --log JOURNAL --at DATE, allot audit load ARCHIVE)")
+                f"(allot explain JOURNAL ID --at DATE, allot audit load ARCHIVE)")
 
     def forget_ended(self) -> None:
         """Take out the workloads that ended more than ``lapse_s`` ago (by trusted time).
