@@ -147,8 +147,28 @@ def generate(path: Path, records: int, seed: int) -> None:
     tmp.rename(path)
 
 
+def _follow(path: Path) -> Any:
+    """The events of the journal at ``path``, waiting for more while its generator still writes it."""
+    from events import decode
+
+    with path.open("rb") as fh:
+        while True:
+            at = fh.tell()
+            line = fh.readline()
+            if line.endswith(b"\n"):
+                yield decode(line)
+            elif path.exists():  # (a partial last line: the generator is writing it)
+                fh.seek(at)
+                time.sleep(0.5)
+            else:
+                return
+
+
 def measure(path: Path, records: list[int], tail: int) -> None:
-    """Fold the journal at ``path``; at each checkpoint print a JSON line of what a restart costs."""
+    """Fold the journal at ``path``; at each checkpoint print a JSON line of what a restart costs.
+
+    A ``.tmp`` path is a journal still being generated: it is followed as it grows.
+    """
     import gc
 
     from benchmarks.common import machine
@@ -163,7 +183,8 @@ def measure(path: Path, records: list[int], tail: int) -> None:
     checkpoints = list(records)
     row: dict[str, Any] = {}
     c0 = time.process_time()
-    for _, e in numbered(str(path)):
+    events = _follow(path) if path.suffix == ".tmp" else (e for _, e in numbered(str(path)))
+    for e in events:
         if fold is None:
             fold = JournalFold(Engine(e.cluster))
         is_input = e.cause is None

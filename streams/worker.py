@@ -203,6 +203,9 @@ class Worker:
         self._lock = asyncio.Lock()
         self._to_take: set[int] = set()
         self._assigned_now: set[int] = set()
+        # The group's first assignment has come (aiokafka's getmany waits for it: until then
+        # the loop fetches only what the liveness fast path took).
+        self._joined = False
         self._sends = 0
         self._stopped_once = False
         self._producer: AIOKafkaProducer | None = None
@@ -654,6 +657,7 @@ class Worker:
     async def _assigned(self, partitions: set[int]) -> None:
         assert self._consumer is not None
         self.log.debug("group.assigned", partitions=sorted(partitions))
+        self._joined = True
         self._assigned_now |= partitions
         if self._prefetch is not None:
             self._prefetch.restrict(self._assigned_now)
@@ -892,8 +896,13 @@ class Worker:
                 standby = self._standby if any(p in self.owned for p in self._fast) else None
                 if standby is not None:
                     extra = await standby.getmany(timeout_ms=0, max_records=self.settings.max_batch)
-                batch = await self._consumer.getmany(timeout_ms=0 if extra else wait_ms,
-                                                     max_records=self.settings.max_batch)
+                if self._joined:
+                    batch = await self._consumer.getmany(timeout_ms=0 if extra else wait_ms,
+                                                         max_records=self.settings.max_batch)
+                else:  # (getmany would block until the join: the fast path must not wait)
+                    batch = {}
+                    if not extra:
+                        await asyncio.sleep(wait_ms / 1000)
                 if standby is not None and not extra:
                     extra = await standby.getmany(timeout_ms=0, max_records=self.settings.max_batch)
                 batch.update(extra)
