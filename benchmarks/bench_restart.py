@@ -9,8 +9,9 @@ tree's. Each restart is timed from the process spawn to the first input the
 new incarnation journals under its claim (a tick: the cluster is scheduled
 again). Both run the same core form (``--core``; the older tree has no
 compiled build, so ``pure`` by default) and the same settings (a static
-member, ``instance_id``, as in bench_live). The load average is recorded
-with each restart.
+member, ``instance_id``, as in bench_live, and ``worker_name`` set to it: a
+restarted worker has the name it had). The load average is recorded with
+each restart.
 
 Usage: python -m benchmarks.bench_restart --before-root DIR [--events 200000] [--restarts 5]
        [--core pure|native] [--json]
@@ -32,15 +33,33 @@ from benchmarks.common import machine
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _named(settings_for: Any) -> Any:
+    """bench_live's settings, with the worker named after its static member id.
+
+    A restarted worker is the same worker: a fixed ``worker_name`` (as a
+    StatefulSet's pod name would be) lets it recognise its own previous
+    incarnation's heartbeats. Both phases run with it.
+    """
+    def settings(*args: Any, **kw: Any) -> dict[str, Any]:
+        s = settings_for(*args, **kw)
+        if s.get("instance_id"):
+            s.setdefault("worker_name", str(s["instance_id"]))
+        return dict(s)
+    return settings
+
+
 async def _phase(bootstrap: str, root: Path, events: int, restarts: int) -> dict[str, Any]:
     """bench_live's restart step with the worker processes started from ``root``."""
     saved_repo, saved_path = bench_live.REPO, os.environ.get("PYTHONPATH")
+    saved_settings = bench_live.settings_for
     bench_live.REPO = root
+    bench_live.settings_for = _named(saved_settings)
     os.environ["PYTHONPATH"] = str(root)
     try:
         return await bench_live.bench_restart(bootstrap, events, restarts)
     finally:
         bench_live.REPO = saved_repo
+        bench_live.settings_for = saved_settings
         if saved_path is None:
             os.environ.pop("PYTHONPATH", None)
         else:
