@@ -62,7 +62,7 @@ from scheduler import Engine
 from streams import logs, processor, snapshots, topics
 from streams.config import WorkerSettings, kafka_client_options
 from streams.journal import begin_offset, journal_record, read_until, reader
-from streams.liveness import HISTORY_LAPSES, Beat, Liveness, decode_beat, encode_beat, heard_at
+from streams.liveness import Beat, Liveness, decode_beat, encode_beat, heard_at
 from streams.metrics import MetricsServer, WorkerMetrics
 from streams.processor import Accepted, Dead, InboxRecord, PartitionFold, Processor, Skipped
 from streams.records import (
@@ -396,12 +396,14 @@ class Worker:
                                          worker=beat.worker[:80])
                         continue
                     # A beat of this worker's own previous incarnation (same name: a restart,
-                    # on this machine's clock) is history once older than one lapse, not
-                    # HISTORY_LAPSES: the restarted worker takes over at once what it held.
-                    # (Safe whatever the clocks say: the claim fences a holder still alive.)
+                    # on this machine's clock) is heard when it was written, not when it is
+                    # read: the restarted worker takes what it held once that incarnation
+                    # has been silent a lapse since its last beat, not a lapse after the
+                    # start-up read. (Safe whatever the clocks say: a claim fences a holder
+                    # still alive.)
                     own = beat.name == self.name and beat.worker != self.incarnation
                     self.liveness.heard(beat, heard_at(now, beat.at, wall,
-                                                       lapse / HISTORY_LAPSES if own else lapse))
+                                                       0.0 if own else lapse))
             self.liveness.forget(now, LIVENESS_FORGET_S)
 
     def _beat_sealed(self, beat: Beat, msg: Any) -> bool:
