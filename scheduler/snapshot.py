@@ -5,8 +5,9 @@ the clock, the journal position, the dedupe window, the policy, the budget
 tree, windowed usage, hosts, workloads (with the serving order of every
 queue, and when each ended one ended) and reservations. Ended workloads leave
 the state after the lapse rule (``State.forget_ended``), so a snapshot holds
-live work and the recent past, not the whole history. It leaves out only memos (``State.memos``, the
-engine's idle-cycle memo), which by construction cannot change an answer.
+live work and the recent past, not the whole history. It leaves out only
+memos (``State.memos``, the engine's idle-cycle memo), which by construction
+cannot change an answer.
 
 Dict and queue orders are written as they are, not re-derived: a restored
 state iterates its indexes in exactly the order the original did, so its

@@ -162,16 +162,9 @@ def test_a_version_4_snapshot_is_lifted_with_its_ended_workloads_ending_at_its_n
     assert st.workloads.all["w1"].status == "succeeded"
 
 
-class _Source:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-
-    def engines(self) -> dict[str, Engine]:
-        return {"default": self.engine}
-
-
 def test_the_state_api_says_a_workload_left_the_live_state() -> None:
     from streams.state_api import RunLog, StateApi, StateError
+    from tests.test_state_api_queue_forecast import _Source
 
     sim = _ended_one(window_s=DAY, dedupe_window_s=HOUR)
     runs = RunLog()
