@@ -107,8 +107,14 @@ def _explain(args: argparse.Namespace) -> int:
     try:
         exp = explain(engine.state, args.workload)
     except UnknownWorkload:
+        # Never submitted, or it ended longer than the lapse before --at (the fold forgot it).
+        from scheduler.time_text import duration_text
+        st = engine.state
         raise CliError(f"no workload {args.workload!r} in {args.log}"
-                       + (f" before {when(args.at)} UTC" if args.at is not None else "")) from None
+                       + (f" before {when(args.at)} UTC" if args.at is not None else "")
+                       + f" (or it ended before {when(max(0, st.forgotten_before()))} UTC: an "
+                       f"ended workload leaves the state {duration_text(st.lapse_s())} after it "
+                       "ends; an --at within that shows it)") from None
     if args.json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(exp)).decode() + "\n")
         return 0

@@ -8,6 +8,8 @@ leaves: fair share decides between leaves, priority only inside one.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections import deque
+from collections.abc import Mapping
 from typing import NamedTuple
 
 PENDING = "pending"
@@ -110,8 +112,8 @@ class Move(NamedTuple):
 class WorkloadsProjection:
     """The fold of workload lifecycle events."""
 
-    __slots__ = ("_queue", "all", "by_shape", "free_by_shape", "free_shapes", "moves", "pending",
-                 "pending_free", "protection_ends", "running", "running_version", "seq")
+    __slots__ = ("_queue", "all", "by_shape", "ended", "free_by_shape", "free_shapes", "moves",
+                 "pending", "pending_free", "protection_ends", "running", "running_version", "seq")
 
     def __init__(self) -> None:
         self.all: dict[str, Workload] = {}
@@ -147,6 +149,11 @@ class WorkloadsProjection:
         # The same split for unallocated pending work: lending visits only the
         # shapes that still fit, however long a leaf's queue is.
         self.free_by_shape: dict[str, dict[tuple[int, int], list[tuple[tuple[int, int, int, str], Workload]]]] = {}
+        # Ended workloads still in ``all``, as (trusted time it ended, id), in the
+        # order they ended (so times never decrease): the lapse rule
+        # (``State.forget_ended``) takes them off the front once nothing can refer
+        # to them, so ``all`` holds live work plus a bounded recent past.
+        self.ended: deque[tuple[int, str]] = deque()
 
     @property
     def queue(self) -> list[tuple[tuple[int, int, int, str], Workload]]:
@@ -254,6 +261,32 @@ class WorkloadsProjection:
     def reject(self, w: Workload) -> None:
         self._dequeue(w)
         w.status = REJECTED
+
+    def ended_at(self, w: Workload, now: int) -> None:
+        """``w`` has just ended at trusted time ``now``: note it for the lapse rule."""
+        self.ended.append((now, w.id))
+
+    def forget_before(self, horizon: int,
+                      stopping: Mapping[tuple[str, int], object]) -> list[Workload]:
+        """Take the workloads that ended before ``horizon`` out of ``all``; return them.
+
+        Oldest first, stopping at the first whose last run is still in
+        ``stopping`` (preempted, its grace not over: its GPUs are still held under
+        its name); the grace is bounded, so it and those behind it go at a later
+        call. An ended workload is in no queue, index or running set, so taking
+        it out of ``all`` is all there is to do here.
+        """
+        ended = self.ended
+        every = self.all
+        gone: list[Workload] = []
+        while ended and ended[0][0] < horizon:
+            w = every[ended[0][1]]
+            if (w.id, w.runs) in stopping:
+                break
+            ended.popleft()
+            del every[w.id]
+            gone.append(w)
+        return gone
 
     def pending_count(self) -> int:
         return sum(len(q) for q in self.pending.values()) + sum(

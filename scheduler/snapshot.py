@@ -3,8 +3,11 @@
 A snapshot holds everything ``State`` holds that can change a future answer:
 the clock, the journal position, the dedupe window, the policy, the budget
 tree, windowed usage, hosts, workloads (with the serving order of every
-queue) and reservations. It leaves out only memos (``State.memos``, the
-engine's idle-cycle memo), which by construction cannot change an answer.
+queue, and when each ended one ended) and reservations. Ended workloads leave
+the state after the lapse rule (``State.forget_ended``), so a snapshot holds
+live work and the recent past, not the whole history. It leaves out only
+memos (``State.memos``, the engine's idle-cycle memo), which by construction
+cannot change an answer.
 
 Dict and queue orders are written as they are, not re-derived: a restored
 state iterates its indexes in exactly the order the original did, so its
@@ -41,10 +44,10 @@ from projections.budget_tree import BudgetTree
 from projections.cluster import OK, ClusterProjection, Host
 from projections.principals import PrincipalRegistry
 from projections.usage import LeafUsage, UsageProjection
-from projections.workloads import PENDING, RUNNING, Workload, WorkloadsProjection
+from projections.workloads import ENDED, PENDING, RUNNING, Workload, WorkloadsProjection
 from scheduler.state import State
 
-SNAPSHOT_VERSION = 4
+SNAPSHOT_VERSION = 5
 MAGIC = "allot-snapshot"
 
 _encoder = msgspec.msgpack.Encoder()
@@ -77,6 +80,23 @@ def _v3_to_v4(body: dict[str, Any]) -> dict[str, Any]:
 
 
 UPCASTERS[3] = _v3_to_v4
+
+
+def _v4_to_v5(body: dict[str, Any]) -> dict[str, Any]:
+    """Version 5 adds when each ended workload ended ("ended"), for the lapse rule.
+
+    A v4 writer kept every workload and did not note end times, so each ended
+    workload is taken to have ended at the snapshot's ``now``, in the order the
+    snapshot lists them: deterministic, never forgotten sooner than its lapse
+    allows (later at most by the time it had already been ended), and the
+    first ticks after the restore forget nothing yet.
+    """
+    now = body["now"]
+    return {**body, "v": 5,
+            "ended": [[now, row[0]] for row in body["workloads"] if row[13] in ENDED]}
+
+
+UPCASTERS[4] = _v4_to_v5
 
 
 class SnapshotError(AllotError):
@@ -143,6 +163,8 @@ def _snapshot(state: State) -> bytes:
         "free_shapes": [[list(shape), n] for shape, n in wl.free_shapes.items()],
         "running_version": wl.running_version,
         "seq": wl.seq,
+        # (trusted time it ended, id) of each ended workload still held, in the order they ended.
+        "ended": [[t, i] for t, i in wl.ended],
         "seen": [[t, i] for t, i in state._seen_order],
         "reservations": [[w, list(hosts), until, since]
                          for w, (hosts, until, since) in state.reservations.items()],
@@ -173,13 +195,13 @@ def _restore_bytes(data: bytes) -> State:
     if not isinstance(v, int) or v > SNAPSHOT_VERSION:
         raise SnapshotError(f"snapshot version {v!r} is newer than this reader "
                             f"({SNAPSHOT_VERSION}); fold the journal instead")
-    while v < SNAPSHOT_VERSION:
-        up = UPCASTERS.get(v)
-        if up is None:
-            raise SnapshotError(f"no upcaster for snapshot version {v}")
-        body = up(body)
-        v += 1
     try:
+        while v < SNAPSHOT_VERSION:
+            up = UPCASTERS.get(v)
+            if up is None:
+                raise SnapshotError(f"no upcaster for snapshot version {v}")
+            body = up(body)
+            v += 1
         return _restore(body)
     except (KeyError, TypeError, ValueError, IndexError, msgspec.ValidationError) as exc:
         raise SnapshotError(f"corrupt snapshot: {type(exc).__name__}: {exc}") from exc
@@ -309,6 +331,10 @@ def _restore_workloads(b: dict[str, Any]) -> WorkloadsProjection:
             split.setdefault((item[1].hosts, item[1].gpus_per_host), []).append(item)
     wl.running_version = b["running_version"]
     wl.seq = b["seq"]
+    for t, wid in b["ended"]:
+        if every[wid].status not in ENDED:
+            raise ValueError(f"{wid} is listed as ended but is {every[wid].status}")
+        wl.ended.append((t, wid))
     return wl
 
 

@@ -11,6 +11,12 @@ same state.
 
 Time: ``now`` is the trusted clock. Only ``clock.ticked`` moves it (forward
 only); every other event takes effect at ``now``, whatever its ``at`` says.
+
+Bounded by what is live: a workload that ended leaves the state once nothing
+can refer to it any more (``lapse_s`` after it ended, by trusted time; see
+``State.forget_ended``), so the state, its snapshot and a restart grow with
+live work and the recent past, not with history. The journal (and the
+archive) keep every workload.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from projections.principals import PrincipalRegistry
 from projections.workloads import CANCELLED, PENDING, PREEMPTED
 from scheduler.memos import Memos
 from scheduler.shape import shape_of
+from scheduler.time_text import date_text, duration_text
 from scheduler.verdict import Ignore, Reject
 
 DEFAULT_POLICY = PolicyConfigured(id="default-policy", at=0, actor="allot", source="allot")
@@ -174,6 +181,53 @@ class State:
     def leaf_has_work(self, leaf: str) -> bool:
         return self.workloads.leaf_has_work(leaf)
 
+    # -- the lapse rule: ended workloads leave the state --------------------------------
+
+    def lapse_s(self) -> int:
+        """How long an ended workload stays in the state after it ended (trusted seconds).
+
+        The longer of the two windows that can refer to it: the dedupe window
+        (a copy of its submission within it must still be found a duplicate of
+        a known workload: validation answers it from ``workloads.all``) and the
+        fair-share window (usage itself is kept per leaf by the usage
+        projection, not per workload, so this is the horizon people read their
+        recent work over: ``allot history``, explain, the state API).
+        """
+        p = self.policy
+        return max(p.dedupe_window_s, p.window_s)
+
+    def forgotten_before(self) -> int:
+        """The trusted time before which ended workloads have left the state."""
+        return self.now - self.lapse_s()
+
+    def absent_text(self, workload_id: str) -> str:
+        """What to tell a reader who asks the live state for a workload it does not hold."""
+        return (f"no workload {workload_id!r} in the live state of {self.cluster!r}: never "
+                f"submitted here, or it ended before {date_text(max(0, self.forgotten_before()))} "
+                f"(an ended workload leaves the live state {duration_text(self.lapse_s())} after "
+                f"it ends); the journal and the archive keep its whole history "
+                f"(allot explain JOURNAL ID --at DATE, allot audit load ARCHIVE)")
+
+    def forget_ended(self) -> None:
+        """Take out the workloads that ended more than ``lapse_s`` ago (by trusted time).
+
+        Pure and driven by the journal alone: it runs when a tick moves ``now``,
+        the same live, on replay and in every fold, so every fold of one journal
+        forgets the same workloads at the same record. It changes no decision
+        within the lapse: the cycle reads only pending and running work, usage
+        is per leaf, and validation still finds every workload that ended within
+        ``lapse_s``. After it, an input naming the workload is answered as for an
+        unknown one (``unknown_workload``), and a submission reusing its id is a
+        new workload.
+        """
+        ended = self.workloads.ended
+        horizon = self.now - self.lapse_s()
+        if not ended or ended[0][0] >= horizon:
+            return
+        for w in self.workloads.forget_before(horizon, self.stopping):
+            self.last_preemption.pop(w.id, None)
+            self.grace_asked.pop(w.id, None)
+
     # -- per-type folds -------------------------------------------------------------
 
     def _ticked(self, e: ClockTicked) -> None:
@@ -185,6 +239,8 @@ class State:
                     self._release(k)
                 if due:  # GPUs came back: a cycle at this tick is not idle
                     self.version += 1
+            # (No version bump: what leaves cannot change a cycle.)
+            self.forget_ended()
 
     def grace_of(self, workload: str) -> int:
         """Seconds a preempted run of ``workload`` may take to stop: the policy's, or less if it asked."""
@@ -270,6 +326,8 @@ class State:
         else:
             self.cluster_state.release(w.id, w.placement)
         self.workloads.stop(w, status)
+        if status != PENDING:
+            self.workloads.ended_at(w, self.now)
 
     def _reserved(self, e: WorkloadReserved) -> None:
         self.reservations[e.workload] = (e.hosts, e.until, self.now)
@@ -279,6 +337,7 @@ class State:
         self.reservations.pop(w.id, None)
         if w.status == PENDING:
             self.workloads.cancel_pending(w)
+            self.workloads.ended_at(w, self.now)
         else:
             self._end_run(w, CANCELLED)
 
@@ -326,6 +385,8 @@ class State:
                                           self.workloads.pending_free.items()}}.items())
             },
         }
+        # When each ended workload still held ended: it decides when it leaves (the lapse rule).
+        out["ended"] = [list(x) for x in self.workloads.ended]
         if self.stopping:  # (only then: states of logs without a grace keep their fingerprints)
             out["stopping"] = sorted([k, list(v)] for k, v in self.stopping.items())
         if self.grace_asked:

@@ -42,6 +42,7 @@ from projections.workloads import ENDED, PENDING, RUNNING
 from scheduler import Engine
 from scheduler.index.fair_share_order import Ranking, commitments
 from scheduler.state import State
+from scheduler.time_text import date_text, duration_text
 
 MAX_RUNS = 50_000
 MAX_SAMPLES = 2_000
@@ -100,6 +101,12 @@ class RunLog:
             every = max(300, st.policy.window_s // 500)
             if st.now - self._last_sample.get(c, -every) >= every:
                 self._last_sample[c] = st.now
+                # Keep end times only of workloads the state still holds (the lapse rule):
+                # the dict is in end order, so its first entry says when to trim.
+                ended = self.ended.get(c)
+                if ended and next(iter(ended.values()))[0] < st.forgotten_before():
+                    held = st.workloads.all
+                    self.ended[c] = {w: v for w, v in ended.items() if w in held}
                 self.samples.setdefault(c, deque(maxlen=self.max_samples)).append(
                     usage_sample(st))
 
@@ -330,8 +337,15 @@ class StateApi:
             out: dict[str, Any] = msgspec.to_builtins(exp)
             out["cluster"] = name
             return out, (snapshot_state(e.state) if snapshot else e)
+        # An ended workload leaves the live state after its lapse (scheduler.state): say so.
+        held = [engines[n] for n in names if n in engines]
+        if len(held) == 1:
+            raise StateError(404, held[0].state.absent_text(workload))
         raise StateError(404, f"no workload {workload!r} on "
-                              f"{', '.join(names) if names else 'this worker'}")
+                              f"{', '.join(names) if names else 'this worker'}"
+                              + (f" (ended workloads leave the live state "
+                                 f"{duration_text(held[0].state.lapse_s())} after they end; the "
+                                 f"journal and the archive keep them)" if held else ""))
 
     # -- policy -------------------------------------------------------------------------------
 
@@ -375,7 +389,15 @@ class StateApi:
                          "kind": w.kind, "status": w.status, "submitted_at": w.submitted_at,
                          "ended_at": at, "runs": w.runs, "preemptions": w.preemptions})
         rows.sort(key=lambda r: (r["ended_at"] or r["submitted_at"], r["workload"]))
-        return {"cluster": c, "now": st.now, "rows": rows[-limit:], "matched": len(rows)}
+        # Workloads that ended before ``forgotten_before`` left the live state (the lapse
+        # rule): the answer says where its horizon is, not silently less.
+        since_held = max(0, st.forgotten_before())
+        return {"cluster": c, "now": st.now, "rows": rows[-limit:], "matched": len(rows),
+                "forgotten_before": since_held,
+                "note": (f"workloads that ended before {date_text(since_held)} have left the "
+                         "live state; the journal and the archive keep them "
+                         "(allot audit load ARCHIVE)")
+                if since_held > 0 and (since is None or since < since_held) else None}
 
     # -- the dashboard's series ---------------------------------------------------------------
 

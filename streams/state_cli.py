@@ -399,6 +399,8 @@ def _history(args: Any) -> int:
     _table(f"{data['cluster']}: {data['matched']} ended workload(s)",
            ["workload", "user", "budget", "GPUs", "status", "submitted", "ended", "runs",
             "preemptions"], rows)
+    if data.get("note"):  # older ones left the live state (the lapse rule): say where to look
+        print(data["note"])
     return 0
 
 

@@ -205,6 +205,9 @@ class Worker:
         self._lock = asyncio.Lock()
         self._to_take: set[int] = set()
         self._assigned_now: set[int] = set()
+        # The group's first assignment has come (aiokafka's getmany waits for it: until then
+        # the loop fetches only what the liveness fast path took).
+        self._joined = False
         self._sends = 0
         self._stopped_once = False
         self._producer: AIOKafkaProducer | None = None
@@ -278,11 +281,15 @@ class Worker:
             heartbeat_interval_ms=s.heartbeat_interval_ms,
             max_partition_fetch_bytes=4 * 1024 * 1024, client_id=f"allot-worker-{self.name}",
             **self._security)
-        self._consumer.subscribe([self.inbox], listener=_Listener(self))
-        # The group join waits on the broker for seconds: connect the producer and the reader
-        # meanwhile (the prefetch is restoring snapshots already).
+        # Connect first, subscribe after: aiokafka's start() of a subscribed consumer waits
+        # for the group's join (6 s on Tansu for a static member), and nothing would run
+        # meanwhile. Subscribed after it, the join runs in the background while the loop
+        # already runs, so a restarted worker takes the partitions its previous incarnation
+        # held on the liveness fast path, as soon as that one's heartbeats lapse, instead of
+        # waiting for the join (the group's assignment then joins the same claim; no fold).
         await asyncio.gather(self._consumer.start(), self._producer.start(), self._reader.start(),
                              self._start_liveness())
+        self._consumer.subscribe([self.inbox], listener=_Listener(self))
         if s.metrics_port >= 0:
             loop = asyncio.get_running_loop()
 
@@ -390,7 +397,15 @@ class Worker:
                         self.log.warning("liveness.forged_beat", offset=m.offset,
                                          worker=beat.worker[:80])
                         continue
-                    self.liveness.heard(beat, heard_at(now, beat.at, wall, lapse))
+                    # A beat of this worker's own previous incarnation (same name: a restart,
+                    # on this machine's clock) is heard when it was written, not when it is
+                    # read: the restarted worker takes what it held once that incarnation
+                    # has been silent a lapse since its last beat, not a lapse after the
+                    # start-up read. (Safe whatever the clocks say: a claim fences a holder
+                    # still alive.)
+                    own = beat.name == self.name and beat.worker != self.incarnation
+                    self.liveness.heard(beat, heard_at(now, beat.at, wall,
+                                                       0.0 if own else lapse))
             self.liveness.forget(now, LIVENESS_FORGET_S)
 
     def _beat_sealed(self, beat: Beat, msg: Any) -> bool:
@@ -661,6 +676,7 @@ class Worker:
     async def _assigned(self, partitions: set[int]) -> None:
         assert self._consumer is not None
         self.log.debug("group.assigned", partitions=sorted(partitions))
+        self._joined = True
         self._assigned_now |= partitions
         if self._prefetch is not None:
             self._prefetch.restrict(self._assigned_now)
@@ -899,8 +915,13 @@ class Worker:
                 standby = self._standby if any(p in self.owned for p in self._fast) else None
                 if standby is not None:
                     extra = await standby.getmany(timeout_ms=0, max_records=self.settings.max_batch)
-                batch = await self._consumer.getmany(timeout_ms=0 if extra else wait_ms,
-                                                     max_records=self.settings.max_batch)
+                if self._joined:
+                    batch = await self._consumer.getmany(timeout_ms=0 if extra else wait_ms,
+                                                         max_records=self.settings.max_batch)
+                else:  # (getmany would block until the join: the fast path must not wait)
+                    batch = {}
+                    if not extra:
+                        await asyncio.sleep(wait_ms / 1000)
                 if standby is not None and not extra:
                     extra = await standby.getmany(timeout_ms=0, max_records=self.settings.max_batch)
                 batch.update(extra)

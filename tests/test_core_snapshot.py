@@ -38,7 +38,7 @@ def _view(engine: Engine) -> object:
         [(leaf, [(shape, [w.id for _, w in q]) for shape, q in shapes.items()])
          for leaf, shapes in wl.by_shape.items()],
         list(wl.free_shapes.items()), wl.running_version, wl.seq,
-        [w.id for _, w in wl.queue], list(wl.protection_ends),
+        [w.id for _, w in wl.queue], list(wl.protection_ends), list(wl.ended),
     )
 
 
