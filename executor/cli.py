@@ -106,6 +106,7 @@ def _main(args: Any) -> int:
     import sys
 
     from executor.local import LocalExecutor
+    from identity.journal_seal import reader_seals
     from streams import logs
     from streams.commands import discovered_settings
 
@@ -133,7 +134,8 @@ def _main(args: Any) -> int:
                            principal=args.principal, signing_key=key,
                            kill_wait_s=float(args.kill_wait), log=log,
                            checkpoint_root=Path(args.checkpoint_dir).absolute()
-                           if args.checkpoint_dir else None)
+                           if args.checkpoint_dir else None,
+                           seal_check=reader_seals(settings, log))
 
         async def go() -> None:
             loop = asyncio.get_running_loop()

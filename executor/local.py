@@ -34,7 +34,7 @@ import re
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from events import Event, WorkloadFinished, WorkloadStopped
 from events.limits import INPUT_ID_PATTERN
@@ -51,6 +51,9 @@ from executor.hooks import (
 from executor.spec import RunSpec
 from executor.supervisor import Exit, Supervised, Supervisor
 from streams.executor import EXECUTOR_PRINCIPAL, EXECUTOR_SOURCE, ExecutorError, finish_id
+
+if TYPE_CHECKING:
+    from identity.journal_seal import SealCheck
 
 _ID = re.compile(INPUT_ID_PATTERN)
 
@@ -80,7 +83,8 @@ class LocalExecutor:
                  principal: str = EXECUTOR_PRINCIPAL, signing_key: bytes | None = None,
                  kill_wait_s: float = 10.0, poll_ms: int = 100, log: Any = None,
                  base_env: dict[str, str] | None = None,
-                 checkpoint_root: Path | None = None) -> None:
+                 checkpoint_root: Path | None = None,
+                 seal_check: SealCheck | None = None) -> None:
         self.bootstrap = bootstrap
         self.prefix = prefix
         self.cluster = cluster
@@ -90,6 +94,8 @@ class LocalExecutor:
         self.kill_wait_s = kill_wait_s
         self.poll_ms = poll_ms
         self.log = log
+        # Only decisions a worker signed start or stop a process here (None: unchecked).
+        self.seal_check = seal_check
         self.book = HostBook(cluster, host)
         self.supervisor = Supervisor(state_dir, gpu_ids, log_dir, base_env)
         # Where checkpoint hooks write (one directory per workload and run): a
@@ -316,7 +322,7 @@ class LocalExecutor:
 
         signer = (self.principal, self.signing_key) if self.signing_key else None
         client = Client(self.bootstrap, self.prefix, signer=signer,
-                        client_id=f"allot-executor-{self.host}")
+                        client_id=f"allot-executor-{self.host}", seal_check=self.seal_check)
         try:
             await client.start()
         except ClientError as exc:

@@ -164,13 +164,13 @@ def test_a_version_4_snapshot_is_lifted_with_its_ended_workloads_ending_at_its_n
 
 def test_the_state_api_says_a_workload_left_the_live_state() -> None:
     from streams.state_api import RunLog, StateApi, StateError
-    from tests.test_state_api_queue_forecast import _Source
+    from tests.test_state_api_queue_forecast import EngineSource
 
     sim = _ended_one(window_s=DAY, dedupe_window_s=HOUR)
     runs = RunLog()
     for e in sim.journal:
         runs.observe(e, sim.engine)  # (after the fact: end times as of the final state)
-    api = StateApi(_Source(sim.engine), runs)
+    api = StateApi(EngineSource(sim.engine), runs)
     assert [r["workload"] for r in api.history()["rows"]] == ["w1"]
     sim.at(HOUR + DAY + 1)
     with pytest.raises(StateError) as err:

@@ -7,7 +7,9 @@ from streams.state_api import StateApi
 from tests.test_forecast_many import busy_state
 
 
-class _Source:
+class EngineSource:
+    """The state API's source of engines: one cluster, "c", this engine (tests import it)."""
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
@@ -17,7 +19,7 @@ class _Source:
 
 def test_limit_holds_across_allocations_and_forecasts_attach() -> None:
     eng = busy_state(pending=40)
-    api = StateApi(_Source(eng))
+    api = StateApi(EngineSource(eng))
     full = api.queue()
     assert len({r["budget"] for r in full["rows"]}) > 2  # several allocations' queues
     for limit in (1, 3, 7):
@@ -40,8 +42,8 @@ def test_an_explanation_without_its_forecast_simulates_nothing() -> None:
     from streams.state_api import http_routes
 
     eng = busy_state(pending=40)
-    route = http_routes(StateApi(_Source(eng)), lambda fn: fn())
-    wid = StateApi(_Source(eng)).queue()["rows"][0]["workload"]
+    route = http_routes(StateApi(EngineSource(eng)), lambda fn: fn())
+    wid = StateApi(EngineSource(eng)).queue()["rows"][0]["workload"]
     status, _, plain = route(f"/api/explain/{wid}", {"forecast": "0"})
     status_f, _, full = route(f"/api/explain/{wid}", {})
     assert status == status_f == 200
