@@ -8,7 +8,11 @@ FILE``) or compares them with a recorded file (``--check FILE``, exit 1 on any
 difference). Each case runs in a worker process (``--workers``); wall and CPU
 seconds per case are printed, a rough speed figure on the side.
 
-Usage: python -m benchmarks.decision_hashes (--record FILE | --check FILE)
+The recorded hashes of the current policy are checked in
+(``benchmarks/decision_hashes.json``, the default of ``--check``);
+``tests/test_decision_hashes.py`` re-derives the demo's in the suite.
+
+Usage: python -m benchmarks.decision_hashes (--record FILE | --check [FILE])
        [--workers N] [--only SUBSTR] [--policy allot|baseline]
 """
 
@@ -23,6 +27,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+# The hashes of the current policy, checked in: a policy change re-records them.
+RECORDED = Path(__file__).resolve().parent / "decision_hashes.json"
 
 # name -> (scenario file, horizon days override or None, hosts override or None)
 CASES: dict[str, tuple[str, float | None, int | None]] = {
@@ -57,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--record", type=Path, help="write the hashes to FILE")
-    mode.add_argument("--check", type=Path, help="compare with the hashes in FILE")
+    mode.add_argument("--check", type=Path, nargs="?", const=RECORDED,
+                      help=f"compare with the hashes in FILE (default: {RECORDED.name})")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--only", default="", help="only cases whose name contains SUBSTR")
     ap.add_argument("--policy", choices=POLICIES, help="only this policy's cases (default: both)")
@@ -76,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         args.record.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
         return 0
     want = json.loads(args.check.read_text())
+    # (With --only or --policy, only the cases run are compared.)
     bad = [k for k in got if want.get(k) != got[k]]
     for k in bad:
         print(f"DIFFERENT: {k}")
