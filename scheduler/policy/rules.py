@@ -16,6 +16,14 @@ The budget policy (allot) lets a candidate take:
   the candidate added, no more than its own (``reclaim``; Kueue's
   reclaimWithinCohort). Work within its share is never taken by another
   leaf;
+- another leaf's work, under ``preemption_rule = "reclaim_balanced"``: when,
+  at the level where their paths part, the candidate's side is strictly
+  under its guarantee, and the victim's side has room to give
+  (``Guarantees.node_room``: still at or above its own guarantee after the
+  take, and no less used per guarantee than the candidate's side after it);
+  the cycle checks the whole set's take per side (``Guarantees.balanced``).
+  Its reservation planner may also plan on any borrowed work
+  (``Guarantees.lockout``), which bounds how long such a candidate waits;
 - another leaf's work, under ``preemption_rule = "fair_share"``: only when,
   at the level where their paths part, the candidate's side is still strictly
   less used per share than the victim's side after adding the candidate's own
