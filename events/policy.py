@@ -70,7 +70,13 @@ class PolicyConfigured(Event, frozen=True, kw_only=True, tag="policy.configured"
     # reclaimWithinCohort): borrowed GPUs go back to their owner at once, work
     # within its share is never time-sliced away, and no two sides can take
     # GPUs back and forth. The window still orders who starts first.
-    preemption_rule: Literal["fair_share", "reclaim"] = "reclaim"
+    # "reclaim_balanced" (added 2026-12-07; "reclaim" keeps its meaning so old
+    # logs replay): a side strictly under its guarantee takes from a side that
+    # stays at or above its own after the take, and only while the taker's
+    # side ends up no more used per guarantee than the victim's; a gang larger
+    # than its guarantee may reclaim too, and a reservation may plan on any
+    # borrowed work (the lock-out bound). scheduler/policy/guarantee.py.
+    preemption_rule: Literal["fair_share", "reclaim", "reclaim_balanced"] = "reclaim"
     # How long a preempted run may take to stop (SIGTERM, then SIGKILL at the
     # end of it): its GPUs take no other work until the executor reports
     # ``workload.stopped`` or this has passed. A workload may ask for less

@@ -26,10 +26,10 @@ from tests.sim_helpers import SCENARIOS
 DAYS = 1.5
 
 
-def _reclaim_demo() -> bytes:
+def _reclaim_demo(rule: str = "reclaim") -> bytes:
     sc = load_scenario(SCENARIOS / "demo.toml")
     sc = with_overrides(sc, horizon_days=DAYS,
-                        policy={**sc.policy, "preemption_rule": "reclaim",
+                        policy={**sc.policy, "preemption_rule": rule,
                                 "borrowed_protection_s": 0})
     return encode_lines(Simulation(sc, "allot", SCENARIOS).run().log)
 
@@ -40,8 +40,9 @@ def rules_checked(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     seen = [0, 0]
     plain_rule = cycle.Cycle.rule
 
-    def checked(self: cycle.Cycle, w: object, due: object = None) -> BudgetRule:
-        rule = plain_rule(self, w, due)  # type: ignore[arg-type]
+    def checked(self: cycle.Cycle, w: object, due: object = None,
+                planning: bool = False) -> BudgetRule:
+        rule = plain_rule(self, w, due, planning)  # type: ignore[arg-type]
         seen[0] += 1
         seen[1] += rule.guarantees is not None and not rule.reclaiming  # narrowed: reclaims nobody
         for v in self.state.workloads.running.values():
@@ -54,8 +55,10 @@ def rules_checked(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     yield seen
 
 
-def test_a_narrowed_span_never_hides_work_the_rule_would_take(rules_checked: list[int]) -> None:
-    _reclaim_demo()
+@pytest.mark.parametrize("rule", ["reclaim", "reclaim_balanced"])
+def test_a_narrowed_span_never_hides_work_the_rule_would_take(rules_checked: list[int],
+                                                              rule: str) -> None:
+    _reclaim_demo(rule)
     rules, narrowed = rules_checked
     assert rules > 100
     assert narrowed > 0  # the accelerator was exercised, not only declared
@@ -69,5 +72,18 @@ def test_the_log_is_the_same_without_the_narrowing_and_the_shared_memo(
     monkeypatch.setattr(guarantee.Guarantees, "may_reclaim", lambda self, leaf, gpus: True)
     monkeypatch.setattr(guarantee.Guarantees, "reclaim_memo", lambda self, leaf, gpus: {})
     plain = _reclaim_demo()
+    assert b'"reason":"reclaim"' in fast
+    assert fast == plain
+
+
+def test_the_balanced_log_is_the_same_without_the_narrowing_and_the_shared_memo(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same for ``reclaim_balanced``: its bound (``may_reclaim_balanced``) and
+    # its shared per-leaf rooms (``room_memo``) against a twin without them.
+    fast = _reclaim_demo("reclaim_balanced")
+    monkeypatch.setattr(guarantee.Guarantees, "may_reclaim_balanced",
+                        lambda self, leaf, gpus, least: True)
+    monkeypatch.setattr(guarantee.Guarantees, "room_memo", lambda self, leaf, gpus: {})
+    plain = _reclaim_demo("reclaim_balanced")
     assert b'"reason":"reclaim"' in fast
     assert fast == plain

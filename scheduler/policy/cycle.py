@@ -46,7 +46,7 @@ from scheduler.index.fair_share_order import Ranking, commitments, fair_share_ti
 from scheduler.policy.guarantee import Guarantees, protection_end
 from scheduler.policy.placement import NEVER, Capacity
 from scheduler.policy.reservations import Book, Frees, Reservation, ready_times, size_class
-from scheduler.policy.rules import BudgetRule, Due
+from scheduler.policy.rules import RECLAIM, RECLAIM_RULES, BudgetRule, Due
 from scheduler.policy.victims import CostModel, Plan, VictimIndex, checkpoint_rule
 
 if TYPE_CHECKING:
@@ -160,6 +160,7 @@ class Cycle:
         self._fits_at = -1  # ... this one
         self._failures: dict[tuple[object, ...], object] | None = None  # see failures()
         self.searches_left = self.policy.preemption_searches
+        self.balanced = self.policy.preemption_rule == "reclaim_balanced"
         # Preemption takes time (policy.preemption_grace_s): a victim's GPUs stay
         # taken through its grace (State.stopping), so its preemptor starts at a
         # later cycle, once they are released. 0 (the default): at once, as ever.
@@ -187,6 +188,11 @@ class Cycle:
             self.fill_leftover()
         # 6. Lend what is left to unallocated work.
         self.lend_to_unallocated()
+        if self.balanced:
+            # Under the balanced reclaim a reservation may plan on borrowed work (the
+            # lock-out bound): it changes an outcome even when no later workload would
+            # have placed anything, so it is worked out in every cycle that noted one.
+            self.settle_reservation()
         if self.trace is not None:
             self.settle_reservation()
             self.record_blocked()
@@ -436,7 +442,7 @@ class Cycle:
         if budgeted:
             self.searches_left -= 1
         plan = self.search(w, ends_by, rule)
-        if plan is None:
+        if plan is None or not self.balanced_set(w, plan):
             self.note_failed(w, commitment)
             return False
         victim_ids = []
@@ -460,6 +466,20 @@ class Cycle:
         if freed > w.gpus:
             self.leftover = True
         return True
+
+    def balanced_set(self, w: Workload, plan: Plan) -> bool:
+        """Under the balanced reclaim: does the plan's take from each side keep its test?
+
+        The rule answers per victim (``BudgetRule.room``); what a set takes from
+        one side is the sum of its victims there, which only the whole plan
+        shows (``Guarantees.balanced``). A plan failing it stops nothing and
+        counts as a failed search (the candidate waits, or reserves). True
+        under the other rules.
+        """
+        if not self.balanced:
+            return True
+        taken = [(v.w.budget, v.w.gpus) for v, reason in plan.victims if reason == RECLAIM]
+        return not taken or self.guarantees.balanced(w.budget, w.gpus, taken)
 
     def search(self, w: Workload, ends_by: int, rule: BudgetRule | None) -> Plan | None:
         """The victim search for ``w``, skipped when the failure memo knows its answer.
@@ -566,9 +586,9 @@ class Cycle:
                 if key in failures:
                     self.book.plan(w, {})  # what a plan reaching too few hosts does: the slot back
                     continue
-            ready = ready_times(w, self.capacity, self.frees, self.rule(w),
+            ready = ready_times(w, self.capacity, self.frees, self.rule(w, planning=True),
                                 self.gone, self.now)
-            r = self.book.plan(w, ready)
+            r = self.book.plan(w, ready, at_once=self.balanced)
             if r is not None:
                 self.emit.reserved(w.id, r.hosts, r.until)
             elif failures is not None and key is not None and \
@@ -644,7 +664,7 @@ class Cycle:
         r = self.ranking
         use, shares = r.use, r.shares
         path = r._paths[leaf]
-        reclaim = self.policy.preemption_rule == "reclaim"
+        reclaim = self.policy.preemption_rule in RECLAIM_RULES
         for i in range(1, len(path)):
             x = path[i]
             sx = shares[x]
@@ -925,7 +945,7 @@ class Cycle:
             return Outcome("blocked", "fragmentation",
                            f"{cap.total_free} GPUs are free but scattered: no {n} host(s) "
                            f"have {k} free each")
-        rule = self.rule(w)
+        rule = self.rule(w, planning=True)
         ready = ready_times(w, cap, self.frees, rule, self.gone, self.now)
         times = sorted(ready.values())
         if len(times) >= n and times[n - 1] < NEVER:
@@ -979,10 +999,18 @@ class Cycle:
                                     self.ranking.keep_value)
         return self._costs
 
-    def rule(self, w: Workload, due: Due | None = None) -> BudgetRule:
-        """Who ``w`` may take in this cycle: the budget rule, reclaiming when the policy says so."""
-        reclaim = self.policy.preemption_rule == "reclaim"
-        return BudgetRule(self.ranking, w, due, self.guarantees if reclaim else None)
+    def rule(self, w: Workload, due: Due | None = None, planning: bool = False) -> BudgetRule:
+        """Who ``w`` may take in this cycle: the budget rule, reclaiming when the policy says so.
+
+        ``planning``: for the reservation planner, which under the balanced
+        reclaim may also plan on borrowed work the balance does not let ``w``
+        take now (``Guarantees.lockout``: the bound on a lock-out).
+        """
+        mode = self.policy.preemption_rule
+        reclaim = mode in RECLAIM_RULES
+        balanced = mode == "reclaim_balanced"
+        return BudgetRule(self.ranking, w, due, self.guarantees if reclaim else None,
+                          balanced=balanced, lockout=planning)
 
     @property
     def guarantees(self) -> Guarantees:
@@ -1008,7 +1036,7 @@ class Cycle:
         allocated = w.min_runtime_s > 0
         until = self.now + w.min_runtime_s
         if allocated and (self.policy.borrowed_protection_s is not None
-                          or self.policy.preemption_rule == "reclaim"):
+                          or self.policy.preemption_rule in RECLAIM_RULES):
             guarantees = self.guarantees
             until = protection_end(self.now, w.min_runtime_s, guarantees.within(w.budget, w.gpus),
                                    self.policy.borrowed_protection_s)

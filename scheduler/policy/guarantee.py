@@ -36,13 +36,16 @@ class Guarantees:
     decides after that (``take``, ``give``).
     """
 
-    __slots__ = ("_reclaims", "fraction", "gpus", "held", "paths", "siblings")
+    __slots__ = ("_reclaims", "_rooms", "fraction", "gpus", "held", "paths", "siblings")
 
     def __init__(self, state: State, stopped: Collection[str] = ()) -> None:
         # Answers of ``reclaims`` per (candidate leaf, GPUs), each a dict by victim
         # leaf. Key: the candidate; lapse: any take or give (a new dict then, so a
         # rule holding the old one keeps the answers of its own search).
         self._reclaims: dict[tuple[str, int], dict[str, bool]] = {}
+        # Answers of ``room`` per (candidate leaf, GPUs), each a dict by victim leaf;
+        # the same key and lapse.
+        self._rooms: dict[tuple[str, int], dict[str, int]] = {}
         shape = _shape(state)
         self.gpus = state.cluster_state.capacity
         # (The tree's tables: shared by every cycle until the tree changes, only read.)
@@ -111,9 +114,107 @@ class Guarantees:
                 return True
         return False
 
+    # -- the balanced reclaim (``preemption_rule = "reclaim_balanced"``) --------------
+
+    def node_room(self, a: str, b: str, gpus: int) -> int:
+        """How many GPUs side ``a``'s work on ``gpus`` GPUs may take back from its sibling ``b``.
+
+        The balanced reclaim's test, per pair of sides, for a victim set taking
+        ``t`` GPUs from ``b`` (exact integers; ``G`` a side's guarantee, ``h``
+        what it holds now):
+
+        1. ``h_a < G_a``: the taker's side is strictly under its guarantee before
+           the start (so a side at or past its own never reclaims);
+        2. ``h_b - t >= G_b``: the victim's side is still at or above its own
+           after the move (work within its share is never taken);
+        3. ``(h_a + gpus) / G_a <= (h_b - t) / G_b``: after the move the taker's
+           side is no more used per guarantee than the victim's (so the victim's
+           side has no claim to take the GPUs back: the issue's last goal).
+
+        Returns the largest such ``t`` (0 or less: none). Every allowed move
+        lowers the total shortfall ``sum(max(0, G - h))`` (the taker's side was
+        short, the victim's side stays at or above its guarantee), so GPUs
+        cannot go back and forth. Unlike the plain reclaim (``node_within``), a
+        gang larger than its side's guarantee may reclaim, from sides with
+        enough excess: the lock-out of a big gang behind borrowed work ends.
+        """
+        na, da = self.fraction.get(a, (0, 1))
+        nb, db = self.fraction.get(b, (0, 1))
+        ha = self.held.get(a, 0)
+        hb = self.held.get(b, 0)
+        cap = self.gpus
+        if ha * da >= cap * na:
+            return 0  # 1. not strictly under its guarantee (a side with no share never is)
+        # 2. (hb - t) * db >= cap * nb, i.e. t <= hb - ceil(cap * nb / db)
+        keep = -((-cap * nb) // db)
+        # 3. (ha + gpus) * nb * da <= (hb - t) * na * db (cap cancels), i.e.
+        #    t <= hb - ceil((ha + gpus) * nb * da / (na * db))
+        keep_balanced = -((-(ha + gpus) * nb * da) // (na * db))
+        return hb - max(keep, keep_balanced)
+
+    def room(self, leaf: str, gpus: int, victim_leaf: str) -> int:
+        """``node_room`` of the two sides where the paths of ``leaf`` and ``victim_leaf`` part (0: none)."""
+        sides = self.sides(leaf, victim_leaf)
+        return 0 if sides is None else self.node_room(sides[0], sides[1], gpus)
+
+    def room_memo(self, leaf: str, gpus: int) -> dict[str, int]:
+        """The memo of ``room(leaf, gpus, victim_leaf)`` by victim leaf, until the next take or give."""
+        memo = self._rooms.get((leaf, gpus))
+        if memo is None:
+            memo = self._rooms[(leaf, gpus)] = {}
+        return memo
+
+    def may_reclaim_balanced(self, leaf: str, gpus: int, least: int) -> bool:
+        """Could work of ``leaf`` on ``gpus`` GPUs take ``least`` GPUs from any side at all?
+
+        False unless some node on its path has a sibling with ``node_room`` of at
+        least ``least``: every ``room`` answer is one of those.
+        """
+        for node in self.paths.get(leaf, ()):
+            for s in self.siblings[node]:
+                if self.node_room(node, s, gpus) >= least:
+                    return True
+        return False
+
+    def lockout(self, leaf: str, victim_leaf: str) -> bool:
+        """May a reservation of ``leaf`` be planned on work of ``victim_leaf`` (the lock-out bound)?
+
+        Where the paths part, the candidate's side is strictly under its
+        guarantee and the victim's side holds more than its own. The balanced
+        test alone can leave such a candidate waiting for as long as borrowed
+        work runs (an indivisible gang holds all of a side's excess and more:
+        Kueue's "preempt huge workload"); the reservation planner may count that
+        work as freeable, so the candidate's wait is bounded by the
+        reservation's (docs/simulation.md). The victims are then taken with the
+        reason ``reservation``, not ``reclaim``.
+        """
+        sides = self.sides(leaf, victim_leaf)
+        if sides is None:
+            return False
+        a, b = sides
+        na, da = self.fraction.get(a, (0, 1))
+        return self.held.get(a, 0) * da < self.gpus * na and self.borrowing(b)
+
+    def balanced(self, leaf: str, gpus: int, taken: Iterable[tuple[str, int]]) -> bool:
+        """Does a victim set keep the balanced reclaim's test for every side it takes from?
+
+        ``taken``: (victim leaf, GPUs) of each allocated victim taken by reclaim.
+        What a set takes from one side is the sum over its victims there, which a
+        per-victim answer cannot see: the cycle checks the set with this before
+        it stops anything.
+        """
+        by_side: dict[tuple[str, str], int] = {}
+        for victim_leaf, g in taken:
+            sides = self.sides(leaf, victim_leaf)
+            if sides is None:
+                return False
+            by_side[sides] = by_side.get(sides, 0) + g
+        return all(t <= self.node_room(a, b, gpus) for (a, b), t in by_side.items())
+
     def take(self, leaf: str, gpus: int) -> None:
         """Allocated work of ``leaf`` started on ``gpus`` GPUs."""
         self._reclaims = {}
+        self._rooms = {}
         held = self.held
         for node in self.paths.get(leaf, ()):
             held[node] = held.get(node, 0) + gpus
@@ -121,6 +222,7 @@ class Guarantees:
     def give(self, leaf: str, gpus: int) -> None:
         """Allocated work of ``leaf`` on ``gpus`` GPUs stopped."""
         self._reclaims = {}
+        self._rooms = {}
         held = self.held
         for node in self.paths.get(leaf, ()):
             held[node] = held.get(node, 0) - gpus

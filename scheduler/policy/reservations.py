@@ -327,15 +327,21 @@ class Book:
         self.noted[w.id] = cls
         return True
 
-    def plan(self, w: Workload, ready: dict[str, int]) -> Reservation | None:
-        """Reserve for noted ``w`` the hosts that give it its GPUs soonest; None if never (slot back)."""
+    def plan(self, w: Workload, ready: dict[str, int], at_once: bool = False) -> Reservation | None:
+        """Reserve for noted ``w`` the hosts that give it its GPUs soonest; None if never (slot back).
+
+        ``at_once``: a plan whose hosts are ready now is kept too (due at the next
+        cycle). The balanced reclaim plans so on borrowed work it may not take by
+        reclaim (``Guarantees.lockout``); otherwise such a plan means only this
+        cycle's search budget stopped ``w``, and no reservation is made.
+        """
         cls = self.noted.pop(w.id)
         finite = sorted((t, h) for h, t in ready.items() if t < NEVER)
         r = None
         if len(finite) >= w.hosts:
             chosen = finite[: w.hosts]
             until = max(t for t, _ in chosen)
-            if until > self.now:  # (placeable now: only this cycle's search budget stopped it)
+            if until > self.now or at_once:
                 r = Reservation(w.id, tuple(sorted(h for _, h in chosen)), until, self.now)
         if r is None:
             self.used[cls] -= 1

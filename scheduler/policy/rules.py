@@ -16,6 +16,14 @@ The budget policy (allot) lets a candidate take:
   the candidate added, no more than its own (``reclaim``; Kueue's
   reclaimWithinCohort). Work within its share is never taken by another
   leaf;
+- another leaf's work, under ``preemption_rule = "reclaim_balanced"``: when,
+  at the level where their paths part, the candidate's side is strictly
+  under its guarantee, and the victim's side has room to give
+  (``Guarantees.node_room``: still at or above its own guarantee after the
+  take, and no less used per guarantee than the candidate's side after it);
+  the cycle checks the whole set's take per side (``Guarantees.balanced``).
+  Its reservation planner may also plan on any borrowed work
+  (``Guarantees.lockout``), which bounds how long such a candidate waits;
 - another leaf's work, under ``preemption_rule = "fair_share"``: only when,
   at the level where their paths part, the candidate's side is still strictly
   less used per share than the victim's side after adding the candidate's own
@@ -61,6 +69,9 @@ PRIORITY = "priority"
 FAIR_SHARE = "fair_share"
 RESERVATION = "reservation"
 RECLAIM = "reclaim"
+
+# The policy's ``preemption_rule`` values that take another leaf's work by reclaim only.
+RECLAIM_RULES = ("reclaim", "reclaim_balanced")
 
 # A rule's ``span`` when it may take allocated work spread over any number of hosts.
 ANY_SPAN = 1 << 30
@@ -126,18 +137,31 @@ class BudgetRule(Rule):
     for free GPUs or for a reservation (docs/simulation.md, the limit).
     """
 
-    __slots__ = ("_by_leaf", "_sides", "budget", "commitment", "due", "gpus", "guarantees",
-                 "hosts", "priority", "ranking", "reclaiming")
+    __slots__ = ("_by_leaf", "_rooms", "_sides", "balanced", "budget", "commitment", "due",
+                 "gpus", "guarantees", "hosts", "lockout", "per_host", "priority", "ranking",
+                 "reclaiming")
 
     def __init__(self, ranking: Ranking, candidate: Workload, due: Due | None = None,
-                 guarantees: Guarantees | None = None) -> None:
+                 guarantees: Guarantees | None = None, balanced: bool = False,
+                 lockout: bool = False) -> None:
         # Without a due reservation, allocated work on more hosts than the
         # candidate's is never taken (``reason``); a due one may take any. A
         # reclaiming rule is asked about every gang and says itself which it
         # may take, unless the candidate can reclaim from nobody (then its
         # answers are the span-limited ones, ``Guarantees.may_reclaim``).
-        reclaiming = guarantees is not None and guarantees.may_reclaim(candidate.budget,
-                                                                         candidate.gpus)
+        self.balanced = balanced and guarantees is not None
+        # (The balanced rule's reservation planner: ``lockout`` below.)
+        self.lockout = lockout and self.balanced
+        self.per_host = candidate.gpus_per_host
+        if guarantees is None:
+            reclaiming = False
+        elif self.lockout:
+            reclaiming = True  # (cheap enough: asked only by the reservation planner)
+        elif self.balanced:
+            reclaiming = guarantees.may_reclaim_balanced(candidate.budget, candidate.gpus,
+                                                         candidate.gpus_per_host)
+        else:
+            reclaiming = guarantees.may_reclaim(candidate.budget, candidate.gpus)
         super().__init__(candidate.hosts if due is None and not reclaiming else ANY_SPAN)
         self.ranking = ranking
         self.budget = candidate.budget
@@ -151,7 +175,12 @@ class BudgetRule(Rule):
         # reclaims(), by victim leaf: shared by the cycle's rules of the same
         # leaf and GPUs until the guarantees' holdings move.
         self._sides: dict[str, bool] = (guarantees.reclaim_memo(self.budget, self.gpus)
-                                        if reclaiming and guarantees is not None else {})
+                                        if reclaiming and guarantees is not None
+                                        and not self.balanced else {})
+        # Under the balanced rule: ``Guarantees.room`` by victim leaf, shared the same way.
+        self._rooms: dict[str, int] = (guarantees.room_memo(self.budget, self.gpus)
+                                       if reclaiming and guarantees is not None
+                                       and self.balanced else {})
         self._by_leaf: dict[str, bool] = ranking.fair_share_memo(self.budget, self.commitment)
 
     def reclaims(self, victim_leaf: str) -> bool:
@@ -165,6 +194,42 @@ class BudgetRule(Rule):
         if ok is None:
             ok = self._sides[victim_leaf] = g.reclaims(self.budget, self.gpus, victim_leaf)
         return ok
+
+    def room(self, victim_leaf: str) -> int:
+        """Under the balanced rule: how many GPUs the candidate may take from ``victim_leaf``'s side."""
+        g = self.guarantees
+        if g is None or not self.reclaiming:
+            return 0
+        r = self._rooms.get(victim_leaf)
+        if r is None:
+            r = self._rooms[victim_leaf] = g.room(self.budget, self.gpus, victim_leaf)
+        return r
+
+    def _balanced_reason(self, v: Workload, leaf: str, on_due: bool) -> str | None:
+        """``reason`` under ``preemption_rule = "reclaim_balanced"`` (allocated work, not backfill).
+
+        Another leaf's work is taken by reclaim when its side's ``room``
+        (``Guarantees.node_room``: the three-part test) covers the victim's GPUs,
+        and at least one host's worth of the candidate's (a side that could give
+        less than one host's need is no help to it, and the cycle checks the
+        whole set's take per side, ``Guarantees.balanced``, before stopping
+        anything). On a due reservation's hosts the reservation's reason comes
+        first: those victims were granted to the holder, whatever the balance.
+        """
+        if leaf == self.budget:  # (as under the other rules)
+            if len(v.placement) > self.hosts:
+                return RESERVATION if on_due else None
+            return PRIORITY if v.priority < self.priority else None
+        if on_due:
+            return RESERVATION
+        if self.reclaiming:
+            gpus = v.gpus
+            if self.room(leaf) >= (gpus if gpus > self.per_host else self.per_host):
+                return RECLAIM
+            if self.lockout and self.guarantees is not None and self.guarantees.lockout(
+                    self.budget, leaf):
+                return RECLAIM
+        return None
 
     def fair_share(self, victim_leaf: str) -> bool:
         """May the candidate take work of ``victim_leaf`` (another leaf) by fair share?"""
@@ -183,6 +248,8 @@ class BudgetRule(Rule):
         if on_due and due is not None and (v.started_at or 0) >= due.since:
             return RESERVATION
         leaf = v.budget
+        if self.balanced:
+            return self._balanced_reason(v, leaf, on_due)
         if self.guarantees is not None:
             if leaf != self.budget and self.reclaims(leaf):
                 return RECLAIM
