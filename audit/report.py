@@ -120,9 +120,13 @@ def _summary(con: duckdb.DuckDBPyConnection, run: str, wall_seconds: float | Non
         WHERE run = ? ORDER BY kind = 'all', kind""", p).fetchall()}
     waits.setdefault("all", {s: (0 if s in ("n", "started", "never_started") else None)
                              for s in WAIT_STATS})
-    preemptions = dict(con.execute(
-        "SELECT reason, count FROM preemptions WHERE run = ? ORDER BY reason", p).fetchall())
-    (lost,) = _one(con, "SELECT coalesce(sum(gpu_hours_lost), 0) FROM preemptions WHERE run = ?", p)
+    # One read of each view per report: the totals come beside the rows (a window
+    # over the same rows), not from a second query that would compute the view again.
+    pre = con.execute("""
+        SELECT reason, count, coalesce(sum(gpu_hours_lost) OVER (), 0)
+        FROM preemptions WHERE run = ? ORDER BY reason""", p).fetchall()
+    preemptions = {reason: n for reason, n, _ in pre}
+    lost = pre[0][2] if pre else 0.0
     stranded, stranded_gpu_h = _one(con, """
         SELECT sum(stranded_gpu_h) / nullif(sum(capacity_gpu_h), 0), sum(stranded_gpu_h)
         FROM stranded_by_hour WHERE run = ? AND NOT in_warmup""", p)
@@ -137,13 +141,13 @@ def _summary(con: duckdb.DuckDBPyConnection, run: str, wall_seconds: float | Non
     gpus, hosts, n_gang, started, never, max_wait, max_censored, p50, p50_censored, max_started = \
         gang or (None, None, 0, 0, 0, None, False, None, False, None)
     # Received net of what did no work (idle holds, killed work), owed unchanged.
-    net = con.execute("""
+    net_rows = con.execute("""
         SELECT team, owed_net_gpu_h, received_net_idle_capped, ratio_net_idle,
-               owed_gpu_h, received_net_killed_capped, ratio_net_killed, received_net_capped, ratio_net
+               owed_gpu_h, received_net_killed_capped, ratio_net_killed, received_net_capped, ratio_net,
+               coalesce(sum(hold_gpu_h) OVER (), 0), coalesce(sum(killed_gpu_h) OVER (), 0)
         FROM owed_received_net_by_team WHERE run = ? ORDER BY team""", p).fetchall()
-    hold_gpu_h, killed_gpu_h = _one(con, """
-        SELECT coalesce(sum(hold_gpu_h), 0), coalesce(sum(killed_gpu_h), 0)
-        FROM owed_received_net_by_team WHERE run = ?""", p)
+    net = [row[:9] for row in net_rows]
+    hold_gpu_h, killed_gpu_h = net_rows[0][9:] if net_rows else (0.0, 0.0)
     rcols = ", ".join(REQUEUE_WAIT_STATS)
     requeue_waits = {row[0]: dict(zip(REQUEUE_WAIT_STATS, row[1:], strict=True)) for row in con.execute(f"""
         SELECT kind, {rcols} FROM requeue_wait_percentiles
