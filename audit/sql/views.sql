@@ -25,9 +25,11 @@
 -- the hourly totals built on them are computed once per run, when the log is
 -- loaded, into the tables derived_workloads, derived_runs,
 -- derived_host_intervals, derived_cluster_hours and
--- derived_team_demand_by_hour (audit/sql/derive.sql). The views workloads,
--- runs, waits, host_intervals, cluster_hours and team_demand_by_hour read those
--- tables; their plain definitions, straight from the events, are in
+-- derived_team_demand_by_hour (audit/sql/derive.sql); so are the facts every
+-- report needs from a window over each workload's runs (derived_unproductive_by_hour,
+-- derived_requeue_waits). The views workloads, runs, waits, host_intervals,
+-- cluster_hours, team_demand_by_hour, unproductive_by_hour and requeue_waits
+-- read those tables; their plain definitions, straight from the events, are in
 -- audit/sql/plain.sql. Every other view is computed when it is read.
 --
 -- This file is run in two parts: everything above the line `-- @derived` is
