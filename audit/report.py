@@ -69,9 +69,15 @@ class _shared_views:
             self.con.execute(f"CREATE OR REPLACE TEMP TABLE {view} AS "
                              f"SELECT * FROM {quote(db)}.main.{view} WHERE run = ?", [self.run])
 
-    def __exit__(self, *_: object) -> None:
-        for view in reversed(SHARED_VIEWS):
-            self.con.execute(f"DROP TABLE IF EXISTS temp.main.{view}")
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        try:
+            for view in reversed(SHARED_VIEWS):
+                self.con.execute(f"DROP TABLE IF EXISTS temp.main.{view}")
+        except duckdb.Error:
+            # After a failed statement in a transaction only a ROLLBACK is accepted,
+            # which drops these TEMP tables anyway; the first error is the one to see.
+            if exc_type is None:
+                raise
 
 
 def runs_in(con: duckdb.DuckDBPyConnection) -> list[str]:
