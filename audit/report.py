@@ -31,6 +31,7 @@ from rich.table import Table
 from audit.database import current_warmup, set_warmup
 from audit.errors import UnknownRun
 from audit.formatting import format_bound, format_count, format_duration, format_percent
+from audit.schema import quote
 from audit.views import create_plain_views, drop_plain_views, ensure_derived, plain_views_active
 
 # Statistics of one kind's waits, as summary() gives them.
@@ -42,6 +43,41 @@ WAIT_STATS = ("n", "started", "never_started", "p50", "p90", "p99", "mean", "max
 # Statistics of one kind's requeue waits, as summary() gives them.
 REQUEUE_WAIT_STATS = ("n", "restarted", "never_restarted", "p50", "p90", "p99", "mean", "max",
                       "p50_censored", "p90_censored", "p99_censored")
+
+
+# Views that several figures read, in dependency order. While summary() computes
+# the figures, each one's rows for the run are held in a TEMP table of the same
+# name, which shadows the view for this connection (as the plain views do), so
+# it is computed once per report instead of once per figure: log_span and
+# policy scan the events (so warmup, read by most figures, does too), and
+# owed_received is read by both the gross and the net owed -> received figures.
+# summary(..., shared=False) computes every figure from the views themselves
+# (tests/test_audit_report.py checks both give the same summary).
+SHARED_VIEWS: tuple[str, ...] = ("log_span", "policy", "warmup", "capacity_by_hour", "owed_received")
+
+
+class _shared_views:
+    """Within the block, each of SHARED_VIEWS is a TEMP table of ``run``'s rows."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, run: str) -> None:
+        self.con, self.run = con, run
+
+    def __enter__(self) -> None:
+        db = _one(self.con, "SELECT current_database()", [])[0]
+        for view in SHARED_VIEWS:
+            # Qualified: the main view, whose own reads resolve to the tables made before it.
+            self.con.execute(f"CREATE OR REPLACE TEMP TABLE {view} AS "
+                             f"SELECT * FROM {quote(db)}.main.{view} WHERE run = ?", [self.run])
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        try:
+            for view in reversed(SHARED_VIEWS):
+                self.con.execute(f"DROP TABLE IF EXISTS temp.main.{view}")
+        except duckdb.Error:
+            # After a failed statement in a transaction only a ROLLBACK is accepted,
+            # which drops these TEMP tables anyway; the first error is the one to see.
+            if exc_type is None:
+                raise
 
 
 def runs_in(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -56,14 +92,16 @@ def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> tuple[A
 
 
 def summary(con: duckdb.DuckDBPyConnection, run: str, wall_seconds: float | None = None,
-            warmup_s: int | None = None) -> dict[str, Any]:
+            warmup_s: int | None = None, shared: bool = True) -> dict[str, Any]:
     """The headline figures of one run (fractions in 0..1, times in seconds).
 
     ``wall_seconds`` is how long producing the run took (e.g. a simulation's
     wall time); the log does not know it, so the caller passes it through.
     ``warmup_s`` is how much of the run's start every figure leaves out
     (default: what the connection's ``allot_warmup_s`` says, else the run's
-    lookback window). Raises UnknownRun when the database has no events for ``run``.
+    lookback window). ``shared=False`` computes every figure straight from the
+    views, without the per-report TEMP tables of SHARED_VIEWS (the same figures,
+    slower). Raises UnknownRun when the database has no events for ``run``.
     """
     if not _one(con, "SELECT count(*) FROM events WHERE run = ?", [run])[0]:
         raise UnknownRun(run)
@@ -72,12 +110,12 @@ def summary(con: duckdb.DuckDBPyConnection, run: str, wall_seconds: float | None
         set_warmup(con, warmup_s)
     try:
         if ensure_derived(con, run) or plain_views_active(con):
-            return _summary(con, run, wall_seconds)
+            return _figures(con, run, wall_seconds, shared)
         # A read-only database whose derived rows for this run are stale (or that
         # predates them): the same figures, computed from the events alone.
         create_plain_views(con)
         try:
-            return _summary(con, run, wall_seconds)
+            return _figures(con, run, wall_seconds, shared)
         finally:
             drop_plain_views(con)
     finally:
@@ -97,6 +135,14 @@ def _ratios(teams: list[tuple[Any, ...]]) -> dict[str, Any]:
         "teams_at_least_95": sum(r >= 0.95 for r in ratios),
         "by_team": {team: r for team, _, _, r in teams},
     }
+
+
+def _figures(con: duckdb.DuckDBPyConnection, run: str, wall_seconds: float | None,
+             shared: bool) -> dict[str, Any]:
+    if not shared:
+        return _summary(con, run, wall_seconds)
+    with _shared_views(con, run):
+        return _summary(con, run, wall_seconds)
 
 
 def _summary(con: duckdb.DuckDBPyConnection, run: str, wall_seconds: float | None) -> dict[str, Any]:
@@ -120,9 +166,13 @@ def _summary(con: duckdb.DuckDBPyConnection, run: str, wall_seconds: float | Non
         WHERE run = ? ORDER BY kind = 'all', kind""", p).fetchall()}
     waits.setdefault("all", {s: (0 if s in ("n", "started", "never_started") else None)
                              for s in WAIT_STATS})
-    preemptions = dict(con.execute(
-        "SELECT reason, count FROM preemptions WHERE run = ? ORDER BY reason", p).fetchall())
-    (lost,) = _one(con, "SELECT coalesce(sum(gpu_hours_lost), 0) FROM preemptions WHERE run = ?", p)
+    # One read of each view per report: the totals come beside the rows (a window
+    # over the same rows), not from a second query that would compute the view again.
+    pre = con.execute("""
+        SELECT reason, count, coalesce(sum(gpu_hours_lost) OVER (), 0)
+        FROM preemptions WHERE run = ? ORDER BY reason""", p).fetchall()
+    preemptions = {reason: n for reason, n, _ in pre}
+    lost = pre[0][2] if pre else 0.0
     stranded, stranded_gpu_h = _one(con, """
         SELECT sum(stranded_gpu_h) / nullif(sum(capacity_gpu_h), 0), sum(stranded_gpu_h)
         FROM stranded_by_hour WHERE run = ? AND NOT in_warmup""", p)
@@ -137,13 +187,13 @@ def _summary(con: duckdb.DuckDBPyConnection, run: str, wall_seconds: float | Non
     gpus, hosts, n_gang, started, never, max_wait, max_censored, p50, p50_censored, max_started = \
         gang or (None, None, 0, 0, 0, None, False, None, False, None)
     # Received net of what did no work (idle holds, killed work), owed unchanged.
-    net = con.execute("""
+    net_rows = con.execute("""
         SELECT team, owed_net_gpu_h, received_net_idle_capped, ratio_net_idle,
-               owed_gpu_h, received_net_killed_capped, ratio_net_killed, received_net_capped, ratio_net
+               owed_gpu_h, received_net_killed_capped, ratio_net_killed, received_net_capped, ratio_net,
+               coalesce(sum(hold_gpu_h) OVER (), 0), coalesce(sum(killed_gpu_h) OVER (), 0)
         FROM owed_received_net_by_team WHERE run = ? ORDER BY team""", p).fetchall()
-    hold_gpu_h, killed_gpu_h = _one(con, """
-        SELECT coalesce(sum(hold_gpu_h), 0), coalesce(sum(killed_gpu_h), 0)
-        FROM owed_received_net_by_team WHERE run = ?""", p)
+    net = [row[:9] for row in net_rows]
+    hold_gpu_h, killed_gpu_h = net_rows[0][9:] if net_rows else (0.0, 0.0)
     rcols = ", ".join(REQUEUE_WAIT_STATS)
     requeue_waits = {row[0]: dict(zip(REQUEUE_WAIT_STATS, row[1:], strict=True)) for row in con.execute(f"""
         SELECT kind, {rcols} FROM requeue_wait_percentiles

@@ -34,10 +34,12 @@ from events.union import tag_of
 # Views whose rows the loader computes once per run and stores in a table named
 # derived_<view> (audit/sql/derive.sql); the view then reads that table.
 DERIVED: tuple[str, ...] = (
-    "workloads", "runs", "host_intervals", "cluster_hours", "team_demand_by_hour")
+    "workloads", "runs", "host_intervals", "cluster_hours", "team_demand_by_hour",
+    "unproductive_by_hour", "requeue_waits")
 # The views plain.sql defines (the ones above, and waits, read from derived_workloads).
 PLAIN_VIEWS: tuple[str, ...] = (
-    "waits", "runs", "workloads", "team_demand_by_hour", "cluster_hours", "host_intervals")
+    "waits", "runs", "workloads", "team_demand_by_hour", "cluster_hours", "host_intervals",
+    "unproductive_by_hour", "requeue_waits")
 # Which runs the derived tables hold, and from what: a run is re-derived when its
 # event count, last seq or the fingerprint (of the SQL and the events columns)
 # no longer match.

@@ -10,6 +10,7 @@ from typing import Any
 
 import duckdb
 import pytest
+from test_audit_net_figures import net_log
 from test_audit_views import (
     Log,
     engine_log,
@@ -44,6 +45,8 @@ VIEWS: dict[str, str] = {
     "host_intervals": "run, host, start_t",
     "cluster_hours": "run, hour",
     "team_demand_by_hour": "run, team, hour",
+    "unproductive_by_hour": "run, team, hour",
+    "requeue_waits": "run, workload, preempted_at",
 }
 # Views computed on top of them, compared too.
 DOWNSTREAM: dict[str, str] = {
@@ -60,6 +63,10 @@ DOWNSTREAM: dict[str, str] = {
     "stranded_by_hour": "run, hour",
     "largest_gang_waits": "run",
     "occupancy_by_hour": "run, hour",
+    "unproductive_runs": "run, workload, from_t, what",
+    "owed_received_net": "run, team, hour",
+    "owed_received_net_by_team": "run, team",
+    "requeue_wait_percentiles": "run, kind",
 }
 
 
@@ -189,6 +196,14 @@ def test_summary_is_the_same_from_the_derived_tables_and_the_plain_views(tmp_pat
     drop_plain_views(con)
     assert fast["preemptions"] and fast["wait_s"]["all"]["n"] == 300
     assert same(fast, plain)
+
+
+def test_net_figures_equal_the_plain_views(tmp_path: Path) -> None:
+    """Idle holds, lost tails, restarts and requeue waits: stored rows equal the plain views'."""
+    con = loaded(tmp_path, net=net_log().events, allot=engine_log(seed=5, n=200)[0])
+    assert con.execute("SELECT count(DISTINCT what) FROM unproductive_runs").fetchone() == (4,)
+    assert con.execute("SELECT count(*) FROM requeue_waits WHERE run = 'allot'").fetchone()[0] > 0
+    assert_derived_equals_plain(con)
 
 
 @pytest.mark.parametrize("make", [odd_log, two_teams, faulted_host, gang_behind_a_small_job])

@@ -301,3 +301,24 @@ def test_the_default_warm_up_fits_the_log_and_csv_ends_lines_with_lf(
                              "--db", db, "--csv")
     assert out == "warmup_s,window_skipped\n1800,False\n"
     assert "the first 1 h of its 2 h (one lookback window, to the hour) left out" in err
+
+
+def test_shared_tables_give_the_summary_the_views_give(tmp_path: Path) -> None:
+    """summary() reads per-report TEMP copies of the views several figures share; the
+    figures are those of the views themselves (to the last bits of a float sum), on an
+    engine log, a faulted host and the net figures' log, and the copies are gone after."""
+    from test_audit_derived import same
+    from test_audit_net_figures import net_log
+
+    from audit.report import SHARED_VIEWS
+
+    con = loaded(tmp_path, allot=engine_log(seed=5, n=200)[0], hosts=faulted_host().events,
+                 net=net_log().events)
+    for run in ("allot", "hosts", "net"):
+        for warmup_s in (None, 0, 3600):
+            fast = summary(con, run, warmup_s=warmup_s)
+            assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary").fetchone() == (0,)
+            plain = summary(con, run, warmup_s=warmup_s, shared=False)
+            assert same(fast, plain), (run, warmup_s)
+    assert set(SHARED_VIEWS) <= {r[0] for r in con.execute(
+        "SELECT view_name FROM duckdb_views() WHERE NOT temporary").fetchall()}

@@ -312,3 +312,77 @@ SELECT run, team, hour,
            / 3600.0 AS received_all_gpu_h
 FROM grid
 WINDOW before AS (PARTITION BY team ORDER BY hour ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING);
+
+-- Received net of idle holds and killed work ------------------------------------------
+
+-- Per team and hour: funded GPU-hours of idle holds, of killed work, and the
+-- holds' demand (unproductive_by_hour, from unproductive_runs). As the plain
+-- view, but each workload's runs are ordered on its integer key.
+CREATE OR REPLACE TEMP TABLE _derived_unproductive_by_hour AS
+WITH spec AS (
+    SELECT id AS submit_event,
+           arg_min(checkpoint_interval_s, seq) AS checkpoint_interval_s,
+           arg_min(restart_overhead_s, seq) AS restart_overhead_s
+    FROM events WHERE type = 'workload.submitted'
+    GROUP BY id
+),
+r AS (
+    SELECT w.team, w.kind, w.gpus, w.funded, r.start_at, r.stop_at, r.duration_s, r.stop_reason,
+           r.requeued,
+           coalesce(lag(r.stop_reason = 'preempted' AND coalesce(r.requeued, false))
+                        OVER (PARTITION BY r.wkey ORDER BY r.start_seq), false) AS resumed,
+           coalesce(s.checkpoint_interval_s, 0) AS checkpoint_s,
+           coalesce(s.restart_overhead_s, 0) AS restart_s
+    FROM _derived_runs AS r
+    JOIN _derived_workloads AS w USING (wkey)
+    LEFT JOIN spec AS s ON s.submit_event = w.submit_event
+),
+parts AS (
+    SELECT *,
+           CASE WHEN resumed THEN least(restart_s, duration_s) ELSE 0 END AS head_s,
+           CASE WHEN stop_reason <> 'preempted' THEN 0
+                WHEN NOT coalesce(requeued, false) THEN duration_s
+                WHEN checkpoint_s > 0 THEN duration_s % checkpoint_s
+                ELSE 0 END AS tail_s
+    FROM r WHERE kind IS DISTINCT FROM 'squat'
+),
+intervals AS (
+    SELECT team, gpus, 'idle_hold' AS what, start_at AS from_t, stop_at AS until_t
+    FROM r WHERE funded AND kind = 'squat' AND stop_at > start_at
+    UNION ALL
+    SELECT team, gpus, 'restart', start_at, start_at + head_s FROM parts WHERE funded AND head_s > 0
+    UNION ALL
+    SELECT team, gpus, CASE WHEN coalesce(requeued, false) THEN 'since_checkpoint' ELSE 'lost_run' END,
+           stop_at - least(tail_s, duration_s - head_s), stop_at
+    FROM parts WHERE funded AND least(tail_s, duration_s - head_s) > 0
+    UNION ALL
+    SELECT w.team, w.gpus, 'hold_demand', w.submitted_at, coalesce(w.ended_at, s.end_t)
+    FROM _derived_workloads AS w CROSS JOIN _d_span AS s
+    WHERE w.funded AND w.kind = 'squat' AND coalesce(w.ended_at, s.end_t) > w.submitted_at
+),
+split AS (
+    SELECT *, unnest(range(hour_of(from_t), until_t, 3600)) AS hour FROM intervals
+)
+SELECT s.run, split.team, split.hour,
+       coalesce(sum(gpus * (least(until_t, hour + 3600) - greatest(from_t, hour)))
+                    FILTER (WHERE what = 'idle_hold'), 0) / 3600.0 AS hold_gpu_h,
+       coalesce(sum(gpus * (least(until_t, hour + 3600) - greatest(from_t, hour)))
+                    FILTER (WHERE what NOT IN ('idle_hold', 'hold_demand')), 0) / 3600.0 AS killed_gpu_h,
+       coalesce(sum(gpus * (least(until_t, hour + 3600) - greatest(from_t, hour)))
+                    FILTER (WHERE what = 'hold_demand'), 0) / 3600.0 AS hold_demand_gpu_h
+FROM split CROSS JOIN _d_span AS s
+GROUP BY s.run, split.team, split.hour;
+
+-- Waits of requeued runs (requeue_waits, but in_warmup, which the view adds):
+-- each run preempted with requeue, and the start of the workload's next run.
+CREATE OR REPLACE TEMP TABLE _derived_requeue_waits AS
+WITH nxt AS (
+    SELECT wkey, stop_at, stop_reason, requeued,
+           lead(start_at) OVER (PARTITION BY wkey ORDER BY start_seq) AS next_start
+    FROM _derived_runs
+)
+SELECT s.run, n.wkey, n.stop_at AS preempted_at, n.next_start AS restarted_at,
+       coalesce(n.next_start, s.end_t) - n.stop_at AS wait_s,
+       n.next_start IS NULL AS censored
+FROM nxt AS n CROSS JOIN _d_span AS s
+WHERE n.stop_reason = 'preempted' AND n.requeued;

@@ -229,3 +229,51 @@ SELECT run, team, hour,
            / 3600.0 AS received_all_gpu_h
 FROM grid
 WINDOW before AS (PARTITION BY run, team ORDER BY hour ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING);
+
+-- Per team and hour: GPU-hours of FUNDED work (as received_gpu_h in
+-- owed_received) that were idle holds (hold_gpu_h) and killed work
+-- (killed_gpu_h: lost_run + since_checkpoint + restart), and the holds'
+-- demand (hold_demand_gpu_h: from a hold's submission to its end, as
+-- demand_gpu_h counts it). Only hours with some are listed. Complete, not
+-- warm-up aware. Read by owed_received_net.
+CREATE OR REPLACE TEMP VIEW unproductive_by_hour AS
+WITH intervals AS (
+    SELECT run, team, gpus, what, from_t, until_t FROM unproductive_runs WHERE funded
+    UNION ALL
+    SELECT w.run, w.team, w.gpus, 'hold_demand', w.submitted_at, coalesce(w.ended_at, s.end_t)
+    FROM workloads AS w JOIN log_span AS s USING (run)
+    WHERE w.funded AND w.kind = 'squat' AND coalesce(w.ended_at, s.end_t) > w.submitted_at
+),
+split AS (
+    SELECT *, unnest(range(hour_of(from_t), until_t, 3600)) AS hour FROM intervals
+)
+SELECT run, team, hour,
+       coalesce(sum(gpus * (least(until_t, hour + 3600) - greatest(from_t, hour)))
+                    FILTER (WHERE what = 'idle_hold'), 0) / 3600.0 AS hold_gpu_h,
+       coalesce(sum(gpus * (least(until_t, hour + 3600) - greatest(from_t, hour)))
+                    FILTER (WHERE what NOT IN ('idle_hold', 'hold_demand')), 0) / 3600.0 AS killed_gpu_h,
+       coalesce(sum(gpus * (least(until_t, hour + 3600) - greatest(from_t, hour)))
+                    FILTER (WHERE what = 'hold_demand'), 0) / 3600.0 AS hold_demand_gpu_h
+FROM split
+GROUP BY run, team, hour;
+
+-- One row per run preempted with requeue: the wait from the preemption to the
+-- workload's next start (NULL restarted_at when it never restarted: wait_s is
+-- then the censored end of log - preemption, and `censored` says so; a
+-- workload cancelled while requeued is censored too). `in_warmup`: preempted
+-- before the warm-up ended.
+CREATE OR REPLACE TEMP VIEW requeue_waits AS
+WITH nxt AS (
+    SELECT run, workload, kind, gpus, funded, team, stop_at, stop_reason, requeued,
+           lead(start_at) OVER (PARTITION BY run, workload ORDER BY start_seq) AS next_start
+    FROM runs
+)
+SELECT n.run, n.workload, n.kind, n.gpus, n.funded, n.team,
+       n.stop_at AS preempted_at, n.next_start AS restarted_at,
+       coalesce(n.next_start, s.end_t) - n.stop_at AS wait_s,
+       n.next_start IS NULL AS censored,
+       n.stop_at < u.measured_from AS in_warmup
+FROM nxt AS n
+JOIN log_span AS s USING (run)
+JOIN warmup AS u USING (run)
+WHERE n.stop_reason = 'preempted' AND n.requeued;

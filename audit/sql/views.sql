@@ -25,9 +25,11 @@
 -- the hourly totals built on them are computed once per run, when the log is
 -- loaded, into the tables derived_workloads, derived_runs,
 -- derived_host_intervals, derived_cluster_hours and
--- derived_team_demand_by_hour (audit/sql/derive.sql). The views workloads,
--- runs, waits, host_intervals, cluster_hours and team_demand_by_hour read those
--- tables; their plain definitions, straight from the events, are in
+-- derived_team_demand_by_hour (audit/sql/derive.sql); so are the facts every
+-- report needs from a window over each workload's runs (derived_unproductive_by_hour,
+-- derived_requeue_waits). The views workloads, runs, waits, host_intervals,
+-- cluster_hours, team_demand_by_hour, unproductive_by_hour and requeue_waits
+-- read those tables; their plain definitions, straight from the events, are in
 -- audit/sql/plain.sql. Every other view is computed when it is read.
 --
 -- This file is run in two parts: everything above the line `-- @derived` is
@@ -734,27 +736,11 @@ FROM parts WHERE least(tail_s, duration_s - head_s) > 0;
 -- (killed_gpu_h: lost_run + since_checkpoint + restart), and the holds'
 -- demand (hold_demand_gpu_h: from a hold's submission to its end, as
 -- demand_gpu_h counts it). Only hours with some are listed. Complete, not
--- warm-up aware.
+-- warm-up aware. Stored per run in derived_unproductive_by_hour (plain
+-- definition, from unproductive_runs: plain.sql).
 CREATE OR REPLACE VIEW unproductive_by_hour AS
-WITH intervals AS (
-    SELECT run, team, gpus, what, from_t, until_t FROM unproductive_runs WHERE funded
-    UNION ALL
-    SELECT w.run, w.team, w.gpus, 'hold_demand', w.submitted_at, coalesce(w.ended_at, s.end_t)
-    FROM workloads AS w JOIN log_span AS s USING (run)
-    WHERE w.funded AND w.kind = 'squat' AND coalesce(w.ended_at, s.end_t) > w.submitted_at
-),
-split AS (
-    SELECT *, unnest(range(hour_of(from_t), until_t, 3600)) AS hour FROM intervals
-)
-SELECT run, team, hour,
-       coalesce(sum(gpus * (least(until_t, hour + 3600) - greatest(from_t, hour)))
-                    FILTER (WHERE what = 'idle_hold'), 0) / 3600.0 AS hold_gpu_h,
-       coalesce(sum(gpus * (least(until_t, hour + 3600) - greatest(from_t, hour)))
-                    FILTER (WHERE what NOT IN ('idle_hold', 'hold_demand')), 0) / 3600.0 AS killed_gpu_h,
-       coalesce(sum(gpus * (least(until_t, hour + 3600) - greatest(from_t, hour)))
-                    FILTER (WHERE what = 'hold_demand'), 0) / 3600.0 AS hold_demand_gpu_h
-FROM split
-GROUP BY run, team, hour;
+SELECT run, team, hour, hold_gpu_h, killed_gpu_h, hold_demand_gpu_h
+FROM derived_unproductive_by_hour;
 
 -- owed_received with received net of what did no work, per team and hour.
 -- An idle hold is neither useful demand nor useful receipt: net of idle
@@ -813,22 +799,15 @@ GROUP BY run, team;
 -- workload's next start (NULL restarted_at when it never restarted: wait_s is
 -- then the censored end of log - preemption, and `censored` says so; a
 -- workload cancelled while requeued is censored too). `in_warmup`: preempted
--- before the warm-up ended.
+-- before the warm-up ended. The rows (but in_warmup) are stored per run in
+-- derived_requeue_waits, which keeps the workload's key; its name, kind,
+-- team, ... come from derived_workloads (plain definition: plain.sql).
 CREATE OR REPLACE VIEW requeue_waits AS
-WITH nxt AS (
-    SELECT run, workload, kind, gpus, funded, team, stop_at, stop_reason, requeued,
-           lead(start_at) OVER (PARTITION BY run, workload ORDER BY start_seq) AS next_start
-    FROM runs
-)
-SELECT n.run, n.workload, n.kind, n.gpus, n.funded, n.team,
-       n.stop_at AS preempted_at, n.next_start AS restarted_at,
-       coalesce(n.next_start, s.end_t) - n.stop_at AS wait_s,
-       n.next_start IS NULL AS censored,
-       n.stop_at < u.measured_from AS in_warmup
-FROM nxt AS n
-JOIN log_span AS s USING (run)
-JOIN warmup AS u USING (run)
-WHERE n.stop_reason = 'preempted' AND n.requeued;
+SELECT q.run, w.workload, w.kind, w.gpus, w.funded, w.team, q.preempted_at, q.restarted_at,
+       q.wait_s, q.censored, q.preempted_at < u.measured_from AS in_warmup
+FROM derived_requeue_waits AS q
+JOIN derived_workloads AS w USING (run, wkey)
+JOIN warmup AS u USING (run);
 
 -- Requeue-wait percentiles per kind and over all kinds ('all'), over the
 -- preemptions after the warm-up (warm-up aware), censored waits counted as in
