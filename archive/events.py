@@ -57,8 +57,9 @@ def is_archive(path: str | os.PathLike[str]) -> bool:
     return p.is_dir() and (p / layout.MANIFEST).is_file()
 
 
-def _partition_batches(root: Path, manifest: Manifest, p: int) -> Iterator[pa.Table]:
-    """Partition ``p``'s rows one committed batch at a time, in offset order.
+def partition_batches(root: Path, manifest: Manifest, p: int,
+                      columns: list[str] = COLUMNS) -> Iterator[pa.Table]:
+    """Partition ``p``'s rows (``columns``) one committed batch at a time, in offset order.
 
     A batch's files (one per cluster and day) interleave its offsets, so each
     batch is sorted; batches of a partition cover consecutive offset ranges.
@@ -70,7 +71,7 @@ def _partition_batches(root: Path, manifest: Manifest, p: int) -> Iterator[pa.Ta
     for batch, f in manifest.files(p):
         by_batch.setdefault(batch.first, []).append(str(root / f.path))
     for first in sorted(by_batch):
-        table = pa.concat_tables([pq.read_table(path, columns=COLUMNS)
+        table = pa.concat_tables([pq.read_table(path, columns=columns)
                                   for path in by_batch[first]])
         offsets = table.column("offset").to_numpy()
         # Files are concatenated by day: usually already in offset order (then no sort).
@@ -158,7 +159,7 @@ def write_events(root: str | Path, out: IO[bytes]) -> EventsReport:
             report.partitions += 1
             path = Path(tmp) / f"p{p}.jsonl"
             with open(path, "wb") as fh:
-                groups = _spool(_partition_batches(root, manifest, p), p, fh, report)
+                groups = _spool(partition_batches(root, manifest, p), p, fh, report)
             spools.append((path, groups))
         handles = [open(path, "rb") for path, _ in spools]  # noqa: SIM115 - closed below
         try:

@@ -66,6 +66,10 @@ def partition_table(root: Path, manifest: Manifest, p: int) -> pa.Table:
         return layout.SCHEMA.empty_table()
     tables = [pq.read_table(path, columns=["offset", "timestamp", "key", "value", "headers",
                                            "kind", "inbox_offset"]) for path in paths]
+    # 64-bit offsets for the values: a whole partition of a large journal holds
+    # more than the 2 GiB a ``binary`` column can address (sorting would overflow).
+    tables = [t.set_column(t.schema.get_field_index("value"), "value",
+                           t.column("value").cast(pa.large_binary())) for t in tables]
     table = pa.concat_tables(tables)
     return table.sort_by("offset")
 

@@ -32,7 +32,7 @@ import asyncio
 import json
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -179,21 +179,26 @@ async def verify_journal(bootstrap: str, keyring: signing.Keyring, prefix: str =
 def archived_records(root: str | Path) -> Iterable[tuple[int, Iterable[tuple[int, bytes,
                                                                               Headers]]]]:
     """Per archived partition, its records (offset, value, headers) in offset order."""
-    from archive.events import is_archive
+    from archive.events import is_archive, partition_batches
     from archive.manifest import Manifest
-    from archive.restore import partition_table
 
     root = Path(root)
     if not is_archive(root):
         raise VerifyError(f"{root}: not an archive (no manifest)")
     manifest = Manifest(root)
+
+    def records(p: int) -> Iterator[tuple[int, bytes, Headers]]:
+        # One committed batch at a time: a whole partition of a large journal is
+        # more than a ``binary`` column can address (2 GiB), and more than memory.
+        for table in partition_batches(root, manifest, p, ["offset", "value", "headers"]):
+            offsets = table.column("offset").to_pylist()
+            values = table.column("value").to_pylist()
+            headers = table.column("headers").to_pylist()
+            for i in range(len(offsets)):
+                yield offsets[i], values[i] or b"", [(h["key"], h["value"]) for h in headers[i]]
+
     for p in manifest.partitions():
-        table = partition_table(root, manifest, p)
-        offsets = table.column("offset").to_pylist()
-        values = table.column("value").to_pylist()
-        headers = table.column("headers").to_pylist()
-        yield p, ((offsets[i], values[i] or b"", [(h["key"], h["value"]) for h in headers[i]])
-                  for i in range(len(offsets)))
+        yield p, records(p)
 
 
 def verify_archive(root: str | Path, keyring: signing.Keyring, *, admins: tuple[str, ...] = (),
