@@ -183,7 +183,11 @@ def test_a_restarted_executor_adopts_a_running_hook(tmp_path: Path) -> None:
     again.book = ex.book
     again.supervisor.load()
     adopted = again.supervisor.runs[("nb", 1)]
-    assert adopted.hook_proc is None and again.supervisor.hook_running(adopted)
+    assert adopted.hook_proc is None
+    # Adopted by its pid: running once the runner's process has exec'd (on a busy
+    # machine that can trail the spawn a little; the pid's command line says so).
+    wait_until(lambda: again.supervisor.hook_running(adopted), 10, interval=0.02,
+               what="the adopted hook's runner")
     assert again.reconcile(time.time()) == []  # still waiting for the hook
     go.touch()
     [report] = reconcile_until(again, lambda r: r)
