@@ -68,6 +68,7 @@ MODULES: tuple[str, ...] = (
     "scheduler/validation.py",
     "scheduler/policy/baseline.py",
     "scheduler/policy/cycle.py",
+    "scheduler/policy/fair_share.py",
     "scheduler/policy/placement.py",
     "scheduler/policy/reservations.py",
     "scheduler/policy/rules.py",

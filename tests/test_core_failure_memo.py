@@ -109,7 +109,7 @@ def test_priming_fixes_the_keep_value_as_costing_would() -> None:
 def _freeable_by_loop(cycle: cycle_mod.Cycle, idx: victims_mod.VictimIndex, leaf: str,
                       commitment: int, priority: int | None) -> int:
     """The preemption bound as a walk over every sibling (what ``_siblings`` replaces)."""
-    from scheduler.policy.rules import less_used
+    from scheduler.policy.fair_share import less_used
 
     by_node = idx.by_node
     own = by_node.get(leaf, 0) if priority is None else idx.lower_priority_gpus(leaf, priority)

@@ -384,7 +384,7 @@ def test_may_preempt_compares_usage_plus_commitment_strictly(a_use, commitment, 
     r.use["lab/a"], r.use["lab/b"] = a_use, b_use
     assert r.may_preempt("lab/a", commitment, "lab/b") is may
     # And it is the one comparison the cycle's cheap bound uses too.
-    from scheduler.policy.rules import less_used
+    from scheduler.policy.fair_share import less_used
 
     assert less_used(a_use, 1, b_use, 1, commitment) is may
 

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.index.fair_share_order import Ranking, commitments, resort, served_before
-from scheduler.policy.rules import less_used
+from scheduler.policy.fair_share import less_used
 
 
 def _key(use: dict[str, int], shares: dict[str, int], c: str) -> tuple[int, Fraction, int, str]:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from scheduler.policy.rules import less_used
+from scheduler.policy.fair_share import less_used
 
 KEEP_MAX = (1 << 20) - 1  # the largest keep_value (a leaf that has used nothing)
 

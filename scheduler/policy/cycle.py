@@ -641,7 +641,7 @@ class Cycle:
 
         Under the fair-share rule, whether it may take a victim is decided at the
         level where their paths part, by comparing its side with the victim's
-        side (``rules.less_used``): so the victims it may take are whole sibling
+        side (``fair_share.less_used``): so the victims it may take are whole sibling
         subtrees. Their GPUs, plus unallocated victims, plus its own leaf's of
         lower ``priority`` (all of them when None), plus free GPUs, bound what it
         could ever get. O(siblings along its path); kept in the failure memo
