@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from scheduler.index.fair_share_order import FairShareBase, _Shape
     from scheduler.policy.cycle import _CarriedSums
     from scheduler.policy.guarantee import GuaranteeShape
-    from scheduler.policy.reservations import Frees
+    from scheduler.policy.reservations import HostFreeTimes
     from scheduler.policy.victims import VictimIndex
 
 # The world failed searches were recorded in: running set, host health, GPUs present,
@@ -53,9 +53,9 @@ class Memos:
         # The tree's tables the fair-share order reads. Key: the tree's ``Structure``
         # object; lapse: a new structure (every budget edit).
         self.fair_share_shape: _Shape | None = None
-        # When each host's GPUs come free (``Frees``). Key: (host health version, hosts);
+        # When each host's GPUs come free (``HostFreeTimes``). Key: (host health version, hosts);
         # lapse: either changes (a running-set change advances it instead).
-        self.frees: Frees | None = None
+        self.frees: HostFreeTimes | None = None
         # Each budget node's guaranteed fraction, path and siblings. Key: the tree's
         # ``Structure`` object; lapse: a new structure.
         self.guarantee_shape: GuaranteeShape | None = None

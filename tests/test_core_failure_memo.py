@@ -98,12 +98,12 @@ def test_priming_fixes_the_keep_value_as_costing_would() -> None:
         return len(seen)
 
     costs = CostModel(0, lambda w: None, keep)
-    costs.prime("lab/a")
-    costs.prime("lab/a")
+    costs.fix_keep_value("lab/a")
+    costs.fix_keep_value("lab/a")
     assert seen == ["lab/a"], "primed once, then fixed for the cycle"
-    costs.trail = trail = set()
-    costs.prime("lab/b")
-    assert trail == set(), "priming is not costing"
+    costs.budgets_asked = budgets_asked = set()
+    costs.fix_keep_value("lab/b")
+    assert budgets_asked == set(), "fixing a keep value is not costing"
 
 
 def _freeable_by_loop(cycle: cycle_mod.Cycle, idx: victims_mod.VictimIndex, leaf: str,

@@ -1,4 +1,4 @@
-"""Frees advanced over starts and stops (``Frees.advanced``) are ``host_frees`` made afresh.
+"""HostFreeTimes advanced over starts and stops (``HostFreeTimes.advanced``) are ``host_frees`` made afresh.
 
 Reservation planning reads, per host, when the work there stops being
 protected (``scheduler.policy.reservations.host_frees``). The state keeps that in its
@@ -24,7 +24,7 @@ from sim_helpers import shipped_log
 
 from events import Slot, WorkloadPreempted, WorkloadStarted
 from events.factory import Inputs
-from scheduler.policy.reservations import Frees, host_frees
+from scheduler.policy.reservations import HostFreeTimes, host_frees
 from scheduler.state import State
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None)
@@ -42,14 +42,14 @@ class Seen:
         self.wrong_lists: list[int] = []  # ... where the lists themselves did
 
 
-def _view(frees: Frees) -> tuple[object, ...]:
+def _view(frees: HostFreeTimes) -> tuple[object, ...]:
     on = {wid: sorted(hosts) for wid, hosts in frees.on.items()}
     return frees.lists(), {h: n for h, (n, _) in frees.per_host.items()}, sorted(on.items())
 
 
-def _check(state: State, frees: Frees, seen: Seen) -> None:
+def _check(state: State, frees: HostFreeTimes, seen: Seen) -> None:
     """``frees`` against ``host_frees`` and a fresh build, for ``state``."""
-    fresh = Frees.build(state, frees.world)
+    fresh = HostFreeTimes.build(state, frees.world)
     if frees.lists() != host_frees(state.cluster_state.hosts, state.workloads.running):
         seen.wrong_lists.append(state.now)
     if seen.wrong_lists or _view(frees) != _view(fresh) \
@@ -59,9 +59,9 @@ def _check(state: State, frees: Frees, seen: Seen) -> None:
 
 def _watch(monkeypatch: pytest.MonkeyPatch) -> Seen:
     seen = Seen()
-    advanced = Frees.advanced
+    advanced = HostFreeTimes.advanced
 
-    def checked(self: Frees, state: State) -> Frees | None:
+    def checked(self: HostFreeTimes, state: State) -> HostFreeTimes | None:
         behind = state.workloads.running_version - self.running_version
         made = advanced(self, state)
         if made is None:
@@ -72,7 +72,7 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> Seen:
         _check(state, made, seen)
         return made
 
-    monkeypatch.setattr(Frees, "advanced", checked)
+    monkeypatch.setattr(HostFreeTimes, "advanced", checked)
     return seen
 
 
@@ -168,15 +168,15 @@ ops = st.lists(st.sampled_from(KINDS).flatmap(OPS.__getitem__), min_size=10, max
 def test_frees_advanced_over_random_moves_are_made_afresh(hosts: int, ops: list[tuple[Any, ...]]) -> None:
     run = Moves(hosts)
     seen = Seen()
-    advanced = Frees.advanced
+    advanced = HostFreeTimes.advanced
     for op in ops:
         if op[0] != "ask":
             run.op(op)
             continue
         state = run.state
         before = state.memos.frees
-        frees = Frees.of(state)
-        if isinstance(before, Frees) and before.world == frees.world \
+        frees = HostFreeTimes.of(state)
+        if isinstance(before, HostFreeTimes) and before.world == frees.world \
                 and before.running_version != frees.running_version:
             seen.advanced += 1
             assert advanced(before, state) is not None  # (the journal reaches back here)
@@ -197,8 +197,8 @@ def test_random_moves_advance_often() -> None:
         run.op(("time", 60))
         if i % 2:
             before = run.state.memos.frees
-            frees = Frees.of(run.state)
-            counts.advanced += isinstance(before, Frees) and before.world == frees.world \
+            frees = HostFreeTimes.of(run.state)
+            counts.advanced += isinstance(before, HostFreeTimes) and before.world == frees.world \
                 and before.running_version != frees.running_version
             _check(run.state, frees, counts)
     assert not counts.wrong
@@ -223,10 +223,10 @@ def test_advanced_frees_equal_host_frees_in_scenarios(name: str, days: float | N
 def test_frees_that_ignore_the_journal_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A mutant that only moves the version forward (no list made again) must disagree with a fresh one."""
 
-    def stale(self: Frees, state: State) -> Frees | None:
-        return Frees(self.per_host, self.on, state.workloads.running_version, self.world)
+    def stale(self: HostFreeTimes, state: State) -> HostFreeTimes | None:
+        return HostFreeTimes(self.per_host, self.on, state.workloads.running_version, self.world)
 
-    monkeypatch.setattr(Frees, "advanced", stale)
+    monkeypatch.setattr(HostFreeTimes, "advanced", stale)
     seen = _watch(monkeypatch)
     shipped_log("demo")
     assert seen.wrong_lists
@@ -234,12 +234,12 @@ def test_frees_that_ignore_the_journal_are_caught(monkeypatch: pytest.MonkeyPatc
 
 def test_frees_that_forget_where_stopped_work_was_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A mutant that remakes only the hosts moved work is on now (not where it was) must disagree."""
-    advanced = Frees.advanced
+    advanced = HostFreeTimes.advanced
 
-    def forgetful(self: Frees, state: State) -> Frees | None:
-        return advanced(Frees(self.per_host, {}, self.running_version, self.world), state)
+    def forgetful(self: HostFreeTimes, state: State) -> HostFreeTimes | None:
+        return advanced(HostFreeTimes(self.per_host, {}, self.running_version, self.world), state)
 
-    monkeypatch.setattr(Frees, "advanced", forgetful)
+    monkeypatch.setattr(HostFreeTimes, "advanced", forgetful)
     seen = _watch(monkeypatch)
     shipped_log("demo")
     assert seen.wrong_lists
@@ -247,7 +247,7 @@ def test_frees_that_forget_where_stopped_work_was_are_caught(monkeypatch: pytest
 
 def test_the_log_is_the_same_when_every_frees_is_made_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
     kept = shipped_log("ai2-month-heavy", 1.0)
-    monkeypatch.setattr(Frees, "advanced", lambda self, state: None)
+    monkeypatch.setattr(HostFreeTimes, "advanced", lambda self, state: None)
     assert shipped_log("ai2-month-heavy", 1.0) == kept
 
 

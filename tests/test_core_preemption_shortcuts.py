@@ -8,14 +8,14 @@ allocated victims without working out costs that cannot matter, and keeps a
 lower bound of a host's cheapest victim. Both kinds of search skip allocated
 work spread over more hosts than the rule's ``span`` without asking the rule,
 and their feasibility checks visit only the hosts holding other work
-(``VictimIndex.light``), in their own order. These tests run whole scenarios
+(``VictimIndex.hosts_by_span``), in their own order. These tests run whole scenarios
 and, at every search, run the full search as well, on a copy of the cycle's
 cost model: the single-host walk as first written (every candidate host by
 name, every cost asked, no kept minimums), the gang search with every victim
 offered to the rule, and the gang's ready hosts as first defined (every
 candidate in name order). They demand the same plan or failure, the same keep
 values fixed and, for a failure (which the cycle's failure memo keeps), the
-same trail of budgets asked, and that kept minimums are lower bounds; they
+same budgets asked, and that kept minimums are lower bounds; they
 check that every path was taken often enough for the comparison to prove
 something, and that mutants forgetting the asks or hiding eligible work are
 caught.
@@ -76,7 +76,7 @@ def _copy(costs: CostModel) -> CostModel:
     twin = CostModel(costs.now, costs.checkpoint, costs.keep_value)
     twin._costs = dict(costs._costs)
     twin._keep = dict(costs._keep)
-    twin.trail = set()
+    twin.budgets_asked = set()
     return twin
 
 
@@ -101,7 +101,7 @@ def _walk(idx: VictimIndex, per_host: int, capacity: Capacity, barred: set[str] 
             if best is None or key < best[0]:
                 best = (key, [])
             continue
-        live = [v for v in victims if v.w.id not in idx.gone]
+        live = [v for v in victims if v.w.id not in idx.stopped_now]
         if best is not None and all(costs.of(v.w) > best[0][0] for v in live):
             continue
         items = [(v, victims_mod._gpus_on(v, host), costs.of(v.w), why)
@@ -135,7 +135,7 @@ def _ready_as_defined(idx: VictimIndex, per_host: int, ends_by: int, capacity: C
     for h in idx._candidates(capacity, per_host):
         have = capacity.free[h]
         for v in idx.on_host.get(h, ()):
-            if v.w.id not in idx.gone and eligible(v.w) is not None:
+            if v.w.id not in idx.stopped_now and eligible(v.w) is not None:
                 have += victims_mod._gpus_on(v, h)
         if h not in barred and have >= per_host:
             ready.add(h)
@@ -153,22 +153,22 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> Seen:
         twin = _copy(model)
         fixed = len(model._keep)
         want = _full(self, hosts, per_host, ends_by, capacity, eligible, who, twin)
-        outer = model.trail
-        model.trail = trail = set()
+        outer = model.budgets_asked
+        model.budgets_asked = budgets_asked = set()
         try:
             plan = search(self, hosts, per_host, ends_by, capacity, eligible, who, costs)
         finally:
-            model.trail = outer
+            model.budgets_asked = outer
             if outer is not None:
-                outer.update(trail)
+                outer.update(budgets_asked)
         got = _view(self, plan)
         where = f"t={model.now} {who} {hosts}x{per_host}"
         if got != want:
             seen.wrong.append(f"{where}: {got} != {want}")
-        # (A failure's trail goes into the failure memo; a plan's is not kept. A
+        # (A failure's budgets_asked goes into the failure memo; a plan's is not kept. A
         # walk that ignores kept minimums may ask again what is fixed already.)
-        if model._keep != twin._keep or (plan is None and trail != twin.trail):
-            seen.wrong.append(f"{where}: keep or trail differ")
+        if model._keep != twin._keep or (plan is None and budgets_asked != twin.budgets_asked):
+            seen.wrong.append(f"{where}: keep or budgets_asked differ")
         if hosts > 1:
             seen.gang_failed += plan is None
             seen.gang_planned += plan is not None
@@ -189,7 +189,7 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> Seen:
             for host, low in self._mins.items():
                 seen.mins_checked += 1
                 costs_here = [probe.of(v.w) for v in self.on_host.get(host, ())
-                              if v.w.id not in self.gone]
+                              if v.w.id not in self.stopped_now]
                 if low > min(costs_here, default=victims_mod.NEVER_COST):
                     seen.wrong.append(f"{where}: kept minimum of {host} too high")
         return plan
@@ -218,7 +218,7 @@ def test_a_failure_that_forgets_its_asks_is_caught(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(CostModel, "ask", lambda self, budget: None)
     seen = _watch(monkeypatch)
     shipped_log("ai2-month", 2.0)
-    assert any("keep or trail differ" in w for w in seen.wrong), seen
+    assert any("keep or budgets_asked differ" in w for w in seen.wrong), seen
 
 
 def test_a_span_that_hides_eligible_work_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -46,7 +46,7 @@ def rules_checked(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
         seen[0] += 1
         seen[1] += rule.guarantees is not None and not rule.reclaiming  # narrowed: reclaims nobody
         for v in self.state.workloads.running.values():
-            if not v.allocated or v.id in self.gone or len(v.placement) <= rule.span:
+            if not v.allocated or v.id in self.stopped_now or len(v.placement) <= rule.span:
                 continue
             assert rule.reason(v) is None, (w, v)  # the span's promise (allocated work only)
         return rule

@@ -13,7 +13,7 @@ from sim_helpers import shipped_log
 from projections.workloads import Workload
 from scheduler.policy import cycle as cycle_mod
 from scheduler.policy.placement import Capacity
-from scheduler.policy.reservations import Frees, ready_times
+from scheduler.policy.reservations import HostFreeTimes, ready_times
 from scheduler.policy.rules import ANY_SPAN, BudgetRule, Rule
 
 
@@ -206,7 +206,7 @@ def test_a_holder_that_can_preempt_its_way_in_elsewhere_does_not_wait():
     assert "W" not in s.state.reservations
 
 
-def _plain_ready_times(w: Workload, capacity: Capacity, frees: Frees, rule: BudgetRule,
+def _plain_ready_times(w: Workload, capacity: Capacity, frees: HostFreeTimes, rule: BudgetRule,
                        gone: Container[str], now: int) -> dict[str, int]:
     """``ready_times`` without its bounds: every host walked to its crossing or its end."""
     out: dict[str, int] = {}
@@ -277,7 +277,7 @@ def test_ready_times_answers_as_the_plain_walk_for_every_need_and_rule():
     ids = sorted(state.workloads.running)
     assert len(ids) == 6
     assert all(len(h.workloads) > 1 for h in state.cluster_state.hosts.values())
-    frees = Frees.of(state)
+    frees = HostFreeTimes.of(state)
     compared = 0
     for held in (False, True):
         capacity = Capacity(state)

@@ -6,7 +6,7 @@ last one by the running set's journal and a heap of protection ends. These
 tests run whole scenarios and, every time an index is advanced, compare it with
 ``VictimIndex.build`` of the same state: the same victims, counts, bounds, next
 protection end, per-host victim lists and hosts by least victim span
-(``VictimIndex.light``). They check that advancing happened often (so the
+(``VictimIndex.hosts_by_span``). They check that advancing happened often (so the
 comparison proves something), that a stale heap entry is caught, and that the
 logs are the same with every index built afresh.
 """
@@ -23,8 +23,8 @@ from scheduler.state import State
 def _view(idx: VictimIndex, next_end: int) -> tuple[object, ...]:
     on_host = None if idx._on_host is None else {
         h: [v.w.id for v in vs] for h, vs in idx._on_host.items()}
-    light = None if idx._light is None else [
-        (least, h, [v.w.id for v in vs], vs is idx.on_host[h]) for least, h, vs in idx._light]
+    light = None if idx._hosts_by_span is None else [
+        (least, h, [v.w.id for v in vs], vs is idx.on_host[h]) for least, h, vs in idx._hosts_by_span]
     return (sorted(idx._victims), sorted(idx._ids), idx.size, idx.victim_gpus, idx.by_node,
             idx.by_priority, idx.unallocated_gpus, next_end, on_host, light,
             {w: idx._placed[w] for w in sorted(idx._placed)})

@@ -113,7 +113,7 @@ def _charge(use: dict[str, int], paths: dict[str, list[str]], children: dict[str
         i -= 1
 
 
-def _restale(pristine: dict[str, list[str]], stale: dict[str, _Stale],
+def _restale(sorted_levels: dict[str, list[str]], stale: dict[str, _Stale],
              moved: dict[str, str]) -> tuple[dict[str, list[str]], dict[str, _Stale]]:
     """The sorted levels and stale levels after the children ``moved`` names moved, as new dicts.
 
@@ -123,14 +123,14 @@ def _restale(pristine: dict[str, list[str]], stale: dict[str, _Stale],
     """
     kept: dict[str, list[str]] = {}
     out = dict(stale)
-    for p, order in pristine.items():
+    for p, order in sorted_levels.items():
         c = moved.get(p)
         if c is None or len(order) == 1:
             kept[p] = order
         else:
             out[p] = (order, c)
     for p, c in moved.items():
-        if p not in pristine:
+        if p not in sorted_levels:
             entry = out.get(p)
             if entry is not None and entry[1] != c:
                 out[p] = (entry[0], "")
@@ -147,7 +147,7 @@ class FairShareBase:
     exactly its workload's term: replaying the running set's journal
     (``WorkloadsProjection.moves``) onto the sums gives the same integers as
     summing afresh, and a level whose children's sums did not move keeps its
-    sorted order (``pristine``), which is a function of those sums alone. A
+    sorted order (``sorted_levels``), which is a function of those sums alone. A
     level that does not is kept as stale (``stale``), to be re-sorted from its
     old order.
 
@@ -161,14 +161,25 @@ class FairShareBase:
     builds the base afresh.
 
     Invariants: ``use`` is ``_sums`` of the usage at ``fs`` and ``committed``;
-    ``committed`` is ``_committed(parts, fs)``; a level in ``pristine`` is its
-    children sorted at ``use``; a level in ``stale`` and not in ``pristine``
+    ``committed`` is ``_committed(parts, fs)``; a level in ``sorted_levels`` is its
+    children sorted at ``use``; a level in ``stale`` and not in ``sorted_levels``
     holds an order sorted at ``use`` but for the child it names (any order
     when that is "").
     """
 
-    __slots__ = ("committed", "fs", "parts", "policy", "pristine", "running_version", "stale", "tree",
-                 "tree_version", "usage_epoch", "use")
+    __slots__ = (
+        "committed",
+        "fs",
+        "parts",
+        "policy",
+        "running_version",
+        "sorted_levels",
+        "stale",
+        "tree",
+        "tree_version",
+        "usage_epoch",
+        "use",
+    )
 
     def __init__(self, state: State, fs: int) -> None:
         tree = state.budget
@@ -188,7 +199,7 @@ class FairShareBase:
         self.usage_epoch = state.usage.epoch  # the usage memo's, as ``use`` read it
         # Each level sorted at this base's sums, filled as cycles walk the tree
         # (``Ranking.sorted_children`` before any in-cycle commitment).
-        self.pristine: dict[str, list[str]] = {}
+        self.sorted_levels: dict[str, list[str]] = {}
         self.stale: dict[str, _Stale] = {}
 
     def current(self, state: State, fs: int) -> bool:
@@ -211,7 +222,7 @@ class FairShareBase:
         return True
 
     def _advance(self, moves: list[Move], st: Structure) -> None:
-        # ``committed``, ``use``, ``pristine`` and ``stale`` are replaced, never
+        # ``committed``, ``use``, ``sorted_levels`` and ``stale`` are replaced, never
         # changed in place: a Ranking or a caller may still hold the old ones.
         parts = self.parts
         fs = self.fs
@@ -243,7 +254,7 @@ class FairShareBase:
             _charge(use, st.paths, st.children, leaf, d, moved)
         self.committed = committed
         self.use = use
-        self.pristine, self.stale = _restale(self.pristine, self.stale, moved)
+        self.sorted_levels, self.stale = _restale(self.sorted_levels, self.stale, moved)
 
     def _move_to(self, state: State, fs: int, moves: list[Move]) -> None:
         """This base at the later instant ``fs``, with the running set's ``moves`` since it was last current.
@@ -299,7 +310,7 @@ class FairShareBase:
         self.committed = committed
         self.use = use
         self.usage_epoch = usage.epoch
-        self.pristine, self.stale = _restale(self.pristine, self.stale, moved)
+        self.sorted_levels, self.stale = _restale(self.sorted_levels, self.stale, moved)
 
 
 # What one running workload's commitment is made of: (leaf, GPUs, protected
@@ -447,7 +458,7 @@ def resort(stale: _Stale, use: dict[str, int], shares: dict[str, int]) -> list[s
 class _Shape:
     """What the order reads of one version of the tree, beyond ``Structure``: kept with it."""
 
-    __slots__ = ("leafy", "splits", "structure", "under")
+    __slots__ = ("leaf_parents", "splits", "structure", "under")
 
     def __init__(self, st: Structure) -> None:
         self.structure = st
@@ -463,7 +474,7 @@ class _Shape:
         # The inner nodes whose children are all leaves: a depth-first walk
         # yields their children in their order, one after the other.
         children = st.children
-        self.leafy = {p for p, kids in children.items() if not any(k in children for k in kids)}
+        self.leaf_parents = {p for p, kids in children.items() if not any(k in children for k in kids)}
 
 
 def _shape(state: State, st: Structure) -> _Shape:
@@ -512,7 +523,7 @@ class Ranking:
     cycle that commits nothing copies nothing; ``use`` is for reading only.
     """
 
-    __slots__ = ("_active", "_fair", "_first", "_leafy", "_paths", "_sorted", "_splits", "_stale",
+    __slots__ = ("_active", "_fair", "_first", "_leaf_parents", "_paths", "_sorted", "_splits", "_stale",
                  "_under", "children", "parent", "shares", "tree", "use", "version")
 
     def __init__(self, state: State, committed: dict[str, int]) -> None:
@@ -525,7 +536,7 @@ class Ranking:
         # The order at the cycle's start is a function of the usage at the
         # fair-share instant, the commitments, the tree and the policy: kept
         # across cycles (``FairShareBase``), with every level sorted at that
-        # order (its ``pristine``; a level sorted after an in-cycle commitment
+        # order (its ``sorted_levels``; a level sorted after an in-cycle commitment
         # is not kept).
         base = _fair_share_base(state)
         if committed is base.committed:
@@ -534,7 +545,7 @@ class Ranking:
             # asked for, from its ``_stale`` entry if it has one. Until the first
             # commitment these are the base's own dicts, so what this cycle
             # sorts is kept for the next ones.
-            self._sorted: dict[str, list[str]] = base.pristine
+            self._sorted: dict[str, list[str]] = base.sorted_levels
             self._stale: dict[str, _Stale] = base.stale
         else:  # commitments other than the state's: nothing to share
             self.use = _sums(state, committed, fair_share_time(state))
@@ -549,7 +560,7 @@ class Ranking:
         shape = _shape(state, st)
         self._splits = shape.splits
         self._under = shape.under
-        self._leafy = shape.leafy
+        self._leaf_parents = shape.leaf_parents
         self.version = 0  # bumped by every in-cycle commitment
         # (leaf, commitment) -> victim leaf -> may_preempt: shared by every rule of
         # the cycle for the same candidate leaf and commitment until a commitment
@@ -586,11 +597,11 @@ class Ranking:
         if root is None:
             return
         children = self.children
-        leafy = self._leafy
+        leaf_parents = self._leaf_parents
         stack = [root]
         while stack:
             p = stack.pop()
-            if p in leafy:
+            if p in leaf_parents:
                 yield from self.sorted_children(p)
             elif p in children:
                 stack.extend(reversed(self.sorted_children(p)))
@@ -611,11 +622,11 @@ class Ranking:
         if root is None or not self._holds(root, wanted):
             return
         children = self.children
-        leafy = self._leafy
+        leaf_parents = self._leaf_parents
         stack = [root]
         while stack:
             p = stack.pop()
-            if p in leafy:
+            if p in leaf_parents:
                 for c in self.sorted_children(p):
                     if c in wanted:
                         yield c

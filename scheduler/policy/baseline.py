@@ -50,15 +50,27 @@ def decide(state: State, cause: str = "cycle") -> list[Event]:
 class _Cycle:
     """The working set of one cycle of the priority scheduler (nothing outlives ``decide``)."""
 
-    __slots__ = ("capacity", "emit", "gone", "grace", "held", "held_back", "now", "running",
-                 "state", "team_of", "tree", "victims")
+    __slots__ = (
+        "capacity",
+        "emit",
+        "grace",
+        "held",
+        "held_back",
+        "now",
+        "running",
+        "state",
+        "stopped_now",
+        "team_of",
+        "tree",
+        "victims",
+    )
 
     def __init__(self, state: State, cause: str) -> None:
         self.state = state
         self.now = state.now
         self.emit = Emitter(state.cluster, self.now, cause)
         self.capacity = Capacity(state)
-        self.gone: set[str] = set()
+        self.stopped_now: set[str] = set()
         self.victims: VictimIndex | None = None
         self.running = state.workloads.running
         self.tree = state.budget
@@ -70,9 +82,9 @@ class _Cycle:
         self.held: dict[str, int] = {}
 
     def stop(self, w: Workload, reason: str, by: str | None) -> None:
-        if self.victims is not None and w.id not in self.gone:
+        if self.victims is not None and w.id not in self.stopped_now:
             self.victims.discard(w)
-        self.gone.add(w.id)
+        self.stopped_now.add(w.id)
         if self.grace and self.state.grace_of(w.id):
             self.held_back.append(w.id)  # its GPUs stay taken through its grace (State.stopping)
         else:
@@ -91,7 +103,7 @@ class _Cycle:
             host_failed = h.health == FAILED
             left = 0
             for wid in sorted(h.workloads):
-                if wid in self.gone:
+                if wid in self.stopped_now:
                     continue
                 w = self.running[wid]
                 if host_failed or not w.allocated:
@@ -120,7 +132,7 @@ class _Cycle:
                     running_held[team] = running_held.get(team, 0) + w.gpus
             state.memos.baseline_held = (key, running_held)
         held = self.held = dict(running_held)
-        for wid in self.gone:  # stopped in step 1; on a failed host that includes opted-out work
+        for wid in self.stopped_now:  # stopped in step 1; on a failed host that includes opted-out work
             w = self.running[wid]
             if w.allocated:
                 held[self.team_of[w.budget]] -= w.gpus
@@ -158,7 +170,7 @@ class _Cycle:
                     and not _dominated(failed, n, k, opt_out, w.priority):
                 searches -= 1
                 if self.victims is None:
-                    self.victims = VictimIndex.for_cycle(state, self.gone)
+                    self.victims = VictimIndex.for_cycle(state, self.stopped_now)
                 victims = self.victims
                 # Only preemptible (not opted-out) jobs can be victims: if all of them
                 # and every free GPU would not do, do not search.

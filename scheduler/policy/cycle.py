@@ -45,7 +45,13 @@ from scheduler.emit import Emitter
 from scheduler.index.fair_share_order import Ranking, commitments, fair_share_time
 from scheduler.policy.guarantee import Guarantees, protection_end
 from scheduler.policy.placement import NEVER, Capacity
-from scheduler.policy.reservations import Book, Frees, Reservation, ready_times, size_class
+from scheduler.policy.reservations import (
+    HostFreeTimes,
+    Reservation,
+    ReservationBook,
+    ready_times,
+    size_class,
+)
 from scheduler.policy.rules import RECLAIM, RECLAIM_RULES, BudgetRule, Due
 from scheduler.policy.victims import CostModel, Plan, VictimIndex, checkpoint_rule
 
@@ -138,18 +144,18 @@ class Cycle:
         self.emit = Emitter(state.cluster, state.now, cause)
         self.trace = trace
         self.only = only
-        self.gone: set[str] = set()  # workloads stopped in this cycle
+        self.stopped_now: set[str] = set()  # workloads stopped in this cycle
         self._victims: VictimIndex | None = None
         self._ranking: Ranking | None = None
         self._costs: CostModel | None = None
-        self._frees: Frees | None = None
+        self._frees: HostFreeTimes | None = None
         self._guarantees: Guarantees | None = None
         # Per leaf, (hosts, GPUs per host, commitment) of searches that found no plan.
         self.failed: dict[str, list[tuple[int, int, int]]] = {}
         self.to_reserve: list[Workload] = []  # noted for a reservation, not yet worked out
         self._reach: dict[tuple[str, int, int, int], int] = {}  # could_start's per-leaf bound
         # _freeable's sibling sums per parent, valid at (ranking version, victims
-        # left) ``_siblings_at``; a commitment or a victim gone drops only the
+        # left) ``_siblings_at``; a commitment or a victim stopped drops only the
         # parents it changes (``_sums_moved``). While ``_sums_shared``, the dict is
         # the state memo's, carried across cycles (see ``_siblings``): copied
         # before anything is dropped from it.
@@ -174,7 +180,7 @@ class Cycle:
     def run(self) -> list[Event]:
         # 1. Snapshot (with the reservations still standing).
         self.capacity = Capacity(self.state)
-        self.book = Book(self.state, self.capacity)
+        self.book = ReservationBook(self.state, self.capacity)
         # 2. Drain faulty hosts.
         self.drain_faulty_hosts()
         # 3. Rank allocations: on first use (the ``ranking`` property), since
@@ -208,7 +214,7 @@ class Cycle:
             failed = h.health == FAILED
             remaining = 0
             for wid in sorted(h.workloads):
-                if wid in self.gone:
+                if wid in self.stopped_now:
                     continue
                 w = running[wid]
                 if failed or not w.protected_at(self.now):
@@ -391,7 +397,7 @@ class Cycle:
                 return True
         if k < cap.max_gpus:
             return False
-        book = self.book  # (Book.slot_free, inlined: this is asked per shape at every step)
+        book = self.book  # (ReservationBook.slot_free, inlined: this is asked per shape at every step)
         return book.used.get(n.bit_length(), 0) < book.per_class
 
     def exhausted(self) -> bool:
@@ -499,30 +505,30 @@ class Cycle:
         known: Any = failures.get(key)
         own = None
         if known is not None:
-            serial, kind, seen, asked = known  # type: ignore[misc]
-            if serial != victims.serial:
+            build_id, kind, seen, asked = known  # type: ignore[misc]
+            if build_id != victims.build_id:
                 # An earlier build of this world: protections ended since (``recheck``).
                 own = self.rule(w)
-                again = victims.recheck(kind, seen, serial, n, k, ends_by, self.capacity, own, w.id)
+                again = victims.recheck(kind, seen, build_id, n, k, ends_by, self.capacity, own, w.id)
                 if again is None:
                     known = None
                 else:
                     kind, seen, more = again
                     asked = asked | more
-                    failures[key] = (victims.serial, kind, seen, asked)
+                    failures[key] = (victims.build_id, kind, seen, asked)
             if known is not None:
                 for budget in asked:
-                    costs.prime(budget)
+                    costs.fix_keep_value(budget)
                 return None
-        trail: set[str] = set()
-        costs.trail = trail
+        budgets_asked: set[str] = set()
+        costs.budgets_asked = budgets_asked
         try:
             plan = victims.search(n, k, ends_by, self.capacity, own or self.rule(w),
                                   w.id, costs)
         finally:
-            costs.trail = None
+            costs.budgets_asked = None
         if plan is None and victims.exact_fail:
-            failures[key] = (victims.serial, victims.fail_kind, victims.fail_hosts, frozenset(trail))
+            failures[key] = (victims.build_id, victims.fail_kind, victims.fail_hosts, frozenset(budgets_asked))
         return plan
 
     def failures(self) -> dict[tuple[object, ...], object] | None:
@@ -538,7 +544,7 @@ class Cycle:
         state's (``running_version``, ``health_version``), the order is the
         state's at the fair-share instant (those, ``budget.version``, the
         policy), and the victims are those of the victim index's build
-        (``VictimIndex.serial``: rebuilt when a protection ends). The memo is
+        (``VictimIndex.build_id``: rebuilt when a protection ends). The memo is
         keyed on exactly that world, plus per entry ``w`` and the reservations
         it may not use (``_blocked``); a search entry also holds the build it
         failed at. It holds only failures that no cost decided
@@ -547,9 +553,9 @@ class Cycle:
         change none of it, which is most cycles. A protection that ends adds
         victims, and only on its hosts: an entry of an earlier build of the
         world is re-checked there alone (``VictimIndex.recheck``), not redone.
-        The preemption bound (``freeable``) is kept here too, per index serial.
+        The preemption bound (``freeable``) is kept here too, per index build id.
         """
-        if self.gone or self.capacity.version or (self._ranking is not None and self._ranking.version):
+        if self.stopped_now or self.capacity.version or (self._ranking is not None and self._ranking.version):
             return None
         if self._failures is None:  # the world is the state's: looked up once per cycle
             state = self.state
@@ -587,7 +593,7 @@ class Cycle:
                     self.book.plan(w, {})  # what a plan reaching too few hosts does: the slot back
                     continue
             ready = ready_times(w, self.capacity, self.frees, self.rule(w, planning=True),
-                                self.gone, self.now)
+                                self.stopped_now, self.now)
             r = self.book.plan(w, ready, at_once=self.balanced)
             if r is not None:
                 self.emit.reserved(w.id, r.hosts, r.until)
@@ -652,7 +658,7 @@ class Cycle:
         failures = self.failures()
         if failures is None:
             return self._freeable(idx, leaf, commitment, priority)
-        key = ("free", leaf, commitment, priority, idx.serial)
+        key = ("free", leaf, commitment, priority, idx.build_id)
         have = failures.get(key)
         if have is None:
             have = failures[key] = self._freeable(idx, leaf, commitment, priority)
@@ -704,7 +710,7 @@ class Cycle:
 
         - In a cycle, usage moves only by a commitment (``Ranking.commit``, which
           bumps ``Ranking.version``), on the committed leaf and its ancestors;
-          victim counts move only by a victim gone (``VictimIndex.discard``,
+          victim counts move only by a victim stopped (``VictimIndex.discard``,
           which lowers ``VictimIndex.size``), on the allocated victim's budget
           path. Both go through ``_commit`` and ``stop``, which drop the entries
           of those nodes' parents (``_sums_moved``): every other parent's
@@ -713,7 +719,7 @@ class Cycle:
         - Across cycles: before its first commitment a cycle's ``r.use`` is a
           dict never changed in place (the fair-share base's, or a fresh sum:
           ``Ranking.commit`` copies before charging), and before its first victim
-          gone so is ``idx.by_node`` (the memoised index's, shared by its forks
+          stopped_now so is ``idx.by_node`` (the memoised index's, shared by its forks
           until one discards: ``VictimIndex.fork``); ``r.children`` and
           ``r.shares`` are the tree structure's. The state memo keeps the entries
           built at those four objects, holding them (so ``is`` cannot meet a
@@ -772,7 +778,7 @@ class Cycle:
         victim yet and they were built at the same usage, victim counts and tree
         objects; else none.
         """
-        if r.version or self.gone:  # (this cycle's own copies: changed in place)
+        if r.version or self.stopped_now:  # (this cycle's own copies: changed in place)
             self._sums_shared = False
             return {}
         use, by_node, children, shares = r.use, idx.by_node, r.children, r.shares
@@ -946,7 +952,7 @@ class Cycle:
                            f"{cap.total_free} GPUs are free but scattered: no {n} host(s) "
                            f"have {k} free each")
         rule = self.rule(w, planning=True)
-        ready = ready_times(w, cap, self.frees, rule, self.gone, self.now)
+        ready = ready_times(w, cap, self.frees, rule, self.stopped_now, self.now)
         times = sorted(ready.values())
         if len(times) >= n and times[n - 1] < NEVER:
             until = times[n - 1]
@@ -981,14 +987,14 @@ class Cycle:
         return self._ranking
 
     @property
-    def frees(self) -> Frees:
+    def frees(self) -> HostFreeTimes:
         """When the work on each host stops being protected (for reservation planning).
 
-        The state's (``Frees.of``): memoised across cycles, since it reads only
+        The state's (``HostFreeTimes.of``): memoised across cycles, since it reads only
         the running set and the hosts, and advanced over starts and stops.
         """
         if self._frees is None:
-            self._frees = Frees.of(self.state)
+            self._frees = HostFreeTimes.of(self.state)
         return self._frees
 
     @property
@@ -1016,12 +1022,12 @@ class Cycle:
     def guarantees(self) -> Guarantees:
         """What each budget node is guaranteed and holds, as this cycle's decisions leave it."""
         if self._guarantees is None:
-            self._guarantees = Guarantees(self.state, self.gone)
+            self._guarantees = Guarantees(self.state, self.stopped_now)
         return self._guarantees
 
     def victims(self) -> VictimIndex:
         if self._victims is None:
-            self._victims = VictimIndex.for_cycle(self.state, self.gone)
+            self._victims = VictimIndex.for_cycle(self.state, self.stopped_now)
         return self._victims
 
     def start(self, w: Workload, hosts: list[str], victims: tuple[str, ...] = (),
@@ -1048,14 +1054,14 @@ class Cycle:
 
     def stop(self, w: Workload, reason: str, by: str | None) -> None:
         idx = self._victims
-        if idx is not None and w.id not in self.gone:
+        if idx is not None and w.id not in self.stopped_now:
             left = idx.size
             idx.discard(w)
             if idx.size != left and w.allocated and self._ranking is not None:
                 # ``discard`` took its GPUs off every node of its budget path (an
                 # unallocated victim's off ``unallocated_gpus`` only).
                 self._sums_moved(list(idx.paths.get(w.budget, ())), (self._ranking.version, left))
-        self.gone.add(w.id)
+        self.stopped_now.add(w.id)
         if w.allocated and self._guarantees is not None:
             self._guarantees.give(w.budget, w.gpus)
         if self.grace and self.state.grace_of(w.id):

@@ -82,7 +82,7 @@ def host_frees(hosts: dict[str, Host], running: dict[str, Workload]) -> dict[str
     work protected until it ends (no ``protected_until``) is left out. The times
     are not clamped to a cycle's ``now`` (``ready_times`` does that), so the
     result depends only on the running set and can be shared by every cycle
-    until that changes (``Frees`` keeps it, and advances it over starts and stops).
+    until that changes (``HostFreeTimes`` keeps it, and advances it over starts and stops).
     """
     return {name: _frees_on(h, running) for name, h in hosts.items()}
 
@@ -102,11 +102,11 @@ def _frees_on(h: Host, running: dict[str, Workload]) -> FreeList:
     return frees
 
 
-class Frees:
+class HostFreeTimes:
     """``host_frees`` of the state's running set, kept with what planning and advancing it need.
 
     ``per_host``: per host, its ``host_frees`` list and the GPUs listed in it
-    (the lists are shared with later ``Frees``: never changed in place).
+    (the lists are shared with later ``HostFreeTimes``: never changed in place).
     ``on``: the hosts each listed workload is listed on. Kept in the state's
     memo and, after starts and stops, advanced rather than rebuilt (``advanced``).
     """
@@ -126,34 +126,34 @@ class Frees:
         return {name: frees for name, (_, frees) in self.per_host.items()}
 
     @staticmethod
-    def build(state: State, world: tuple[int, int]) -> Frees:
+    def build(state: State, world: tuple[int, int]) -> HostFreeTimes:
         """From scratch: ``host_frees`` of the state, with its sums and hosts per workload."""
         wl = state.workloads
         per_host: dict[str, tuple[int, FreeList]] = {}
         on: dict[str, tuple[str, ...]] = {}
         for name, frees in host_frees(state.cluster_state.hosts, wl.running).items():
             per_host[name] = (_listed(frees, on, name, None), frees)
-        return Frees(per_host, on, wl.running_version, world)
+        return HostFreeTimes(per_host, on, wl.running_version, world)
 
     @staticmethod
-    def of(state: State) -> Frees:
+    def of(state: State) -> HostFreeTimes:
         """The frees of ``state``: the memoised ones, advanced to it if they can be, else built."""
         cs = state.cluster_state
         wl = state.workloads
         world = (cs.health_version, len(cs.hosts))
         cached = state.memos.frees
         made = None
-        if isinstance(cached, Frees) and cached.world == world:
+        if isinstance(cached, HostFreeTimes) and cached.world == world:
             if cached.running_version == wl.running_version:
                 return cached
             made = cached.advanced(state)
         if made is None:
-            made = Frees.build(state, world)
+            made = HostFreeTimes.build(state, world)
         state.memos.frees = made
         return made
 
-    def advanced(self, state: State) -> Frees | None:
-        """``Frees`` of ``state`` from these (built on the same host set), or None if too far behind.
+    def advanced(self, state: State) -> HostFreeTimes | None:
+        """``HostFreeTimes`` of ``state`` from these (built on the same host set), or None if too far behind.
 
         Possible while the running set's journal (``WorkloadsProjection.moves``)
         reaches back to these. A host's list reads its placements
@@ -191,7 +191,7 @@ class Frees:
         for name in sorted(redo):
             frees = _frees_on(hosts[name], running)
             per_host[name] = (_listed(frees, on, name, moved), frees)
-        return Frees(per_host, on, wl.running_version, self.world)
+        return HostFreeTimes(per_host, on, wl.running_version, self.world)
 
 
 def _listed(frees: FreeList, on: dict[str, tuple[str, ...]], name: str,
@@ -205,14 +205,14 @@ def _listed(frees: FreeList, on: dict[str, tuple[str, ...]], name: str,
     return total
 
 
-def ready_times(w: Workload, capacity: Capacity, frees: Frees, rule: BudgetRule,
-                gone: Container[str], now: int) -> dict[str, int]:
+def ready_times(w: Workload, capacity: Capacity, frees: HostFreeTimes, rule: BudgetRule,
+                stopped_now: Container[str], now: int) -> dict[str, int]:
     """Per healthy host not held for another workload, when ``w`` could have its GPUs there.
 
-    Work ``w`` may take (``rule``) counts as gone when its protection ends (now,
+    Work ``w`` may take (``rule``) counts as stopped when its protection ends (now,
     if it has ended); other work never (its end is unknown to the scheduler).
     Work started in this cycle is protected and not ``w``'s to take (and not in
-    ``frees``, built from the state); work stopped in it is gone already.
+    ``frees``, built from the state); work stopped in it is stopped already.
 
     A host's time is the least ``T`` at which its free GPUs plus those of the
     eligible work freed by ``T`` reach ``w``'s need: the first crossing in a
@@ -254,9 +254,9 @@ def ready_times(w: Workload, capacity: Capacity, frees: Frees, rule: BudgetRule,
             if len(other.placement) > 1:
                 ok = takes.get(wid)
                 if ok is None:
-                    ok = takes[wid] = wid not in gone and rule.reason(other) is not None
+                    ok = takes[wid] = wid not in stopped_now and rule.reason(other) is not None
             else:  # listed on this host alone: nothing to keep
-                ok = wid not in gone and rule.reason(other) is not None
+                ok = wid not in stopped_now and rule.reason(other) is not None
             if ok:
                 got += g
                 if got >= need:
@@ -269,7 +269,7 @@ def ready_times(w: Workload, capacity: Capacity, frees: Frees, rule: BudgetRule,
     return out
 
 
-class Book:
+class ReservationBook:
     """The reservations one cycle works with: loaded from the state, held, planned, consumed."""
 
     __slots__ = ("capacity", "due", "noted", "now", "per_class", "standing", "used")

@@ -131,7 +131,7 @@ def checkpoint_rule(policy: Any) -> Callable[[Workload], int | None]:
 class CostModel:
     """What stopping each workload costs in one cycle (memoised per workload)."""
 
-    __slots__ = ("_costs", "_keep", "checkpoint", "keep_value", "now", "trail")
+    __slots__ = ("_costs", "_keep", "budgets_asked", "checkpoint", "keep_value", "now")
 
     def __init__(self, now: int, checkpoint: Callable[[Workload], int | None],
                  keep_value: Callable[[str], int]) -> None:
@@ -141,10 +141,10 @@ class CostModel:
         self._costs: dict[str, int] = {}
         self._keep: dict[str, int] = {}
         # When a set: the budgets of every workload costed, for a caller that must
-        # later repeat the asks' one lasting effect (``prime``) without the search.
-        self.trail: set[str] | None = None
+        # later repeat the asks' one lasting effect (``fix_keep_value``) without the search.
+        self.budgets_asked: set[str] | None = None
 
-    def prime(self, budget: str) -> None:
+    def fix_keep_value(self, budget: str) -> None:
         """Fix ``budget``'s keep value now, as costing one of its workloads would."""
         if budget not in self._keep:
             self._keep[budget] = self.keep_value(budget)
@@ -153,15 +153,15 @@ class CostModel:
         """Every lasting effect of costing a workload of ``budget`` (``of``), without the cost.
 
         The cost itself is only a memo (a later ``of`` computes the same from the
-        keep value fixed here); what lasts is the keep value and the trail entry.
+        keep value fixed here); what lasts is the keep value and the budgets_asked entry.
         """
-        if self.trail is not None:
-            self.trail.add(budget)
-        self.prime(budget)
+        if self.budgets_asked is not None:
+            self.budgets_asked.add(budget)
+        self.fix_keep_value(budget)
 
     def of(self, w: Workload) -> int:
-        if self.trail is not None:
-            self.trail.add(w.budget)
+        if self.budgets_asked is not None:
+            self.budgets_asked.add(w.budget)
         c = self._costs.get(w.id)
         if c is None:
             lost = work_lost(w, self.now, self.checkpoint(w) if w.resumable else None)
@@ -191,9 +191,9 @@ class Victim:
         self.span = len(w.placement) if w.allocated else 0
 
 
-# A host of ``VictimIndex.light``: (least span of its victims, host, its victims);
+# A host of ``VictimIndex.hosts_by_span``: (least span of its victims, host, its victims);
 # hosts are unique, so entries compare by their first two fields.
-Light = tuple[int, str, list[Victim]]
+HostBySpan = tuple[int, str, list[Victim]]
 
 
 def _least(victims: list[Victim]) -> int:
@@ -220,10 +220,10 @@ class Plan:
 Eligibility = Rule
 
 # Serial numbers of built victim indexes (a memo key, never part of a decision).
-_SERIALS = count(1)
+_BUILD_IDS = count(1)
 
-# Earlier builds a victim index remembers (``VictimIndex.lineage``).
-_LINEAGE = 64
+# Earlier builds a victim index remembers (``VictimIndex.earlier_builds``).
+_EARLIER_BUILDS_KEPT = 64
 
 # Subsets of a component's victim gangs tried exhaustively up to this many; beyond
 # it, only the cheapest-first prefixes (a bound on search cost, rarely reached).
@@ -241,11 +241,35 @@ class VictimIndex:
     ``advanced`` from the last instead of built.
     """
 
-    __slots__ = ("_base", "_cands", "_cands_at", "_cands_of", "_ids", "_light", "_mins",
-                 "_mins_costs", "_on_host", "_placed", "_protected", "_shared", "_usable",
-                 "_victims", "by_node", "by_priority", "exact_fail", "fail_hosts", "fail_kind", "gone",
-                 "lineage", "paths", "running_version", "serial", "size", "unallocated_gpus",
-                 "victim_gpus")
+    __slots__ = (
+        "_base",
+        "_cands",
+        "_cands_at",
+        "_cands_of",
+        "_hosts_by_span",
+        "_ids",
+        "_mins",
+        "_mins_costs",
+        "_on_host",
+        "_placed",
+        "_protected",
+        "_shared",
+        "_usable",
+        "_victims",
+        "build_id",
+        "by_node",
+        "by_priority",
+        "earlier_builds",
+        "exact_fail",
+        "fail_hosts",
+        "fail_kind",
+        "paths",
+        "running_version",
+        "size",
+        "stopped_now",
+        "unallocated_gpus",
+        "victim_gpus",
+    )
 
     def __init__(self) -> None:
         self.victim_gpus: dict[str, int] = {}  # upper bound on what preemption can free per host
@@ -258,7 +282,7 @@ class VictimIndex:
         self.by_priority: dict[str, dict[int, int]] = {}
         self.unallocated_gpus = 0
         self.paths: dict[str, list[str]] = {}
-        self.gone: set[str] = set()
+        self.stopped_now: set[str] = set()
         self._usable: dict[str, int] = {}
         self._victims: dict[str, Workload] = {}
         self._ids: set[str] = set()
@@ -271,9 +295,9 @@ class VictimIndex:
         self._protected: list[tuple[int, str, int]] = []
         self.running_version = -1
         self._on_host: dict[str, list[Victim]] | None = None  # built on the first search
-        self._light: list[Light] | None = None  # built with ``_on_host`` (see ``light``)
+        self._hosts_by_span: list[HostBySpan] | None = None  # built with ``_on_host`` (see ``hosts_by_span``)
         self._base: VictimIndex | None = None
-        # Per host, at most the cost of its cheapest victim not gone, under
+        # Per host, at most the cost of its cheapest victim not stopped, under
         # ``_mins_costs`` (the cycle's cost model), once every one of them was asked
         # for: a lower bound on any plan there (see ``_search_host``).
         self._mins: dict[str, int] = {}
@@ -286,23 +310,23 @@ class VictimIndex:
         self._shared = False  # the counts are the base's (a fork that discarded nothing yet)
         self.size = 0
         # Which built index this is (forks share their base's): two forks with the
-        # same serial and no workload gone hold the same victims.
-        self.serial = 0
+        # same build_id and no workload stopped hold the same victims.
+        self.build_id = 0
         # Set by ``search``: its None did not depend on any cost (see ``search``),
         # and what a later index needs to re-check it (``recheck``).
         self.exact_fail = False
         self.fail_kind = ""
         self.fail_hosts: frozenset[str] = frozenset()
         # Earlier builds of the same running set, healthy hosts and tree (the
-        # same world but fewer protections ended): serial -> the hosts of the
+        # same world but fewer protections ended): build_id -> the hosts of the
         # victims this build has and that one had not. See ``recheck``.
-        self.lineage: dict[int, frozenset[str]] = {}
+        self.earlier_builds: dict[int, frozenset[str]] = {}
 
     @classmethod
     def build(cls, state: State) -> tuple[VictimIndex, int]:
-        """The index of ``state`` (no workload gone yet), and when a protection next ends."""
+        """The index of ``state`` (no workload stopped yet), and when a protection next ends."""
         idx = cls()
-        idx.serial = next(_SERIALS)
+        idx.build_id = next(_BUILD_IDS)
         idx.running_version = state.workloads.running_version
         now = state.now
         idx.paths = state.budget.structure().paths
@@ -359,7 +383,7 @@ class VictimIndex:
         now = state.now
         running = wl.running
         idx = VictimIndex()
-        idx.serial = next(_SERIALS)
+        idx.build_id = next(_BUILD_IDS)
         idx.running_version = wl.running_version
         idx.paths = self.paths
         idx._usable = self._usable
@@ -370,13 +394,13 @@ class VictimIndex:
         idx.by_priority = dict(self.by_priority)  # a leaf's own dict is copied when it changes
         idx.unallocated_gpus = self.unallocated_gpus
         protected = idx._protected = list(self._protected)
-        gone: set[str] = set()
+        stopped_now: set[str] = set()
         came: list[Workload] = []
         touched = {m.id for m in moves[len(moves) - behind:]} if behind else set()
         for wid in sorted(touched):
             if wid in idx._victims:
                 idx._take_back(wid)
-                gone.add(wid)
+                stopped_now.add(wid)
             w = running.get(wid)
             if w is None:
                 continue
@@ -402,7 +426,7 @@ class VictimIndex:
         idx.size = len(idx._victims)
         idx._ids = set(idx._victims)
         if self._on_host is not None:
-            idx._on_host, idx._light = self._moved_on_host(gone, came, idx._placed)
+            idx._on_host, idx._hosts_by_span = self._moved_on_host(stopped_now, came, idx._placed)
         return idx, protected[0][0] if protected else NEVER
 
     def _unshare_priority(self, leaf: str) -> None:
@@ -442,38 +466,38 @@ class VictimIndex:
             if not prio:
                 del self.by_priority[w.budget]
 
-    def _moved_on_host(self, gone: set[str], came: list[Workload],
+    def _moved_on_host(self, stopped_now: set[str], came: list[Workload],
                        placed: dict[str, tuple[tuple[str, int], ...]]
-                       ) -> tuple[dict[str, list[Victim]], list[Light]]:
-        """This index's per-host lists and ``light``, ``gone`` taken out and ``came`` put in."""
-        assert self._on_host is not None and self._light is not None
+                       ) -> tuple[dict[str, list[Victim]], list[HostBySpan]]:
+        """This index's per-host lists and ``hosts_by_span``, ``stopped_now`` taken out and ``came`` put in."""
+        assert self._on_host is not None and self._hosts_by_span is not None
         on_host = dict(self._on_host)
         changed: dict[str, list[Victim]] = {}
-        for wid in gone:
+        for wid in stopped_now:
             for host, _ in self._placed[wid]:
                 changed.setdefault(host, [])
         for w in came:
             v = Victim(w)
             for host, _ in placed[w.id]:
                 changed.setdefault(host, []).append(v)
-        light = list(self._light)  # (a bisection per changed host, not a sort)
+        by_span = list(self._hosts_by_span)  # (a bisection per changed host, not a sort)
         for host, new in changed.items():
             old = on_host.get(host)
             if old is not None:
-                del light[bisect_left(light, (_least(old), host))]
-            victims = [v for v in old or () if v.w.id not in gone]
+                del by_span[bisect_left(by_span, (_least(old), host))]
+            victims = [v for v in old or () if v.w.id not in stopped_now]
             victims += new
             if victims:
                 victims.sort(key=_order)
                 on_host[host] = victims
-                insort(light, (_least(victims), host, victims))
+                insort(by_span, (_least(victims), host, victims))
             else:
                 on_host.pop(host, None)
-        return on_host, light
+        return on_host, by_span
 
     @classmethod
-    def for_cycle(cls, state: State, gone: set[str]) -> VictimIndex:
-        """A fork of the memoised index for ``state``, minus the workloads in ``gone``."""
+    def for_cycle(cls, state: State, stopped_now: set[str]) -> VictimIndex:
+        """A fork of the memoised index for ``state``, minus the workloads in ``stopped_now``."""
         key = (state.workloads.running_version, state.cluster_state.health_version,
                state.budget.version)
         cached = state.memos.victims
@@ -488,7 +512,7 @@ class VictimIndex:
             if cached is not None and cached[0] == key and cached[1] <= now:
                 base._descend_from(cached[3])
             state.memos.victims = (key, now, next_end, base)
-        return base.fork(gone)
+        return base.fork(stopped_now)
 
     def _descend_from(self, old: VictimIndex) -> None:
         """Record ``old`` (an earlier build of the same world) and what this one adds to it.
@@ -502,38 +526,38 @@ class VictimIndex:
         usable = self._usable
         added = frozenset(h for w in self._victims.values() if w.id not in old._ids
                           for h, _ in w.placement if h in usable)
-        lineage = {s: hs | added for s, hs in old.lineage.items()}
-        lineage[old.serial] = added
-        if len(lineage) > _LINEAGE:
-            for s in sorted(lineage)[: len(lineage) - _LINEAGE]:
-                del lineage[s]
-        self.lineage = lineage
+        earlier_builds = {s: hs | added for s, hs in old.earlier_builds.items()}
+        earlier_builds[old.build_id] = added
+        if len(earlier_builds) > _EARLIER_BUILDS_KEPT:
+            for s in sorted(earlier_builds)[: len(earlier_builds) - _EARLIER_BUILDS_KEPT]:
+                del earlier_builds[s]
+        self.earlier_builds = earlier_builds
 
-    def fork(self, gone: set[str]) -> VictimIndex:
+    def fork(self, stopped_now: set[str]) -> VictimIndex:
         """A copy whose counts this cycle may change; the heavy parts are shared.
 
         The counts too are shared until the fork first discards a victim (most
         cycles stop nobody), then copied (``_unshare``).
         """
         idx = VictimIndex()
-        idx.serial = self.serial
-        idx.lineage = self.lineage
+        idx.build_id = self.build_id
+        idx.earlier_builds = self.earlier_builds
         idx.paths = self.paths
         idx._usable = self._usable
         idx._victims = self._victims
         idx._ids = self._ids
         idx._base = self._base or self
         idx._on_host = idx._base._on_host
-        idx._light = idx._base._light
+        idx._hosts_by_span = idx._base._hosts_by_span
         idx.victim_gpus = self.victim_gpus
         idx.by_node = self.by_node
         idx.by_priority = self.by_priority
         idx._shared = True
         idx.unallocated_gpus = self.unallocated_gpus
         idx.size = self.size
-        idx.gone = gone
-        if gone:
-            for w in [w for w in self._victims.values() if w.id in gone]:
+        idx.stopped_now = stopped_now
+        if stopped_now:
+            for w in [w for w in self._victims.values() if w.id in stopped_now]:
                 idx.discard(w)
         return idx
 
@@ -558,24 +582,24 @@ class VictimIndex:
             for victims in on_host.values():
                 victims.sort(key=_order)
             self._on_host = on_host
-            self._light = sorted((_least(vs), host, vs) for host, vs in on_host.items())
+            self._hosts_by_span = sorted((_least(vs), host, vs) for host, vs in on_host.items())
             if self._base is not None:
                 self._base._on_host = on_host
-                self._base._light = self._light
+                self._base._hosts_by_span = self._hosts_by_span
         return self._on_host
 
     @property
-    def light(self) -> list[Light]:
+    def hosts_by_span(self) -> list[HostBySpan]:
         """Every host with victims as (their least ``Victim.span``, host, ``on_host`` list), sorted.
 
         A rule of span s can take victims only on the hosts of the prefix whose
         least span is at most s: the searches' feasibility checks, which sum
         what a rule could take, read only those. Built with ``on_host``.
         """
-        if self._light is None:
+        if self._hosts_by_span is None:
             self.on_host  # noqa: B018 - builds both
-        assert self._light is not None
-        return self._light
+        assert self._hosts_by_span is not None
+        return self._hosts_by_span
 
     def _count(self, w: Workload, gpus: int) -> None:
         if not w.allocated:
@@ -657,13 +681,13 @@ class VictimIndex:
         GPUs alone, or by free GPUs plus eligible victims there (``_cover``
         finds a subset iff their GPUs add up). While no host covers it, it has
         no best plan, so on each host it asks the cost of every eligible victim
-        (not gone) and of nothing else: failing, it has asked exactly those,
+        (not stopped) and of nothing else: failing, it has asked exactly those,
         on every examined host. The order of the asks does not matter (a keep
         value depends on the cycle's order, which no search changes), only the
         set, which ``CostModel.ask`` repeats here. Eligible work is the rule's
         to say, except that allocated work on more hosts than the rule's
         ``span`` is never eligible: it is skipped without asking, and hosts
-        holding only such work are not visited (``light``). The hosts are
+        holding only such work are not visited (``hosts_by_span``). The hosts are
         visited in any order: False (the caller then runs the full search,
         which asks everything again) at the first that covers.
         """
@@ -676,10 +700,10 @@ class VictimIndex:
         span = eligible.span
         free_of = capacity.free
         bound = self.victim_gpus
-        gone = self.gone
-        anyone_gone = bool(gone)  # (mostly not: then no set lookup per victim)
+        stopped_now = self.stopped_now
+        anyone_gone = bool(stopped_now)  # (mostly not: then no set lookup per victim)
         asked: list[str] = []
-        for least, host, victims in self.light:
+        for least, host, victims in self.hosts_by_span:
             if least > span:
                 break  # nothing here or further on is the rule's to take
             deficit = per_host - free_of[host]
@@ -691,7 +715,7 @@ class VictimIndex:
             for v in victims:
                 if v.span <= span:
                     w = v.w
-                    if not (anyone_gone and w.id in gone) and eligible.reason(w) is not None:
+                    if not (anyone_gone and w.id in stopped_now) and eligible.reason(w) is not None:
                         have += _gpus_on(v, host)
                         asked.append(w.budget)
             if have >= deficit:
@@ -708,7 +732,7 @@ class VictimIndex:
         ``keep_mins``: ``costs`` is the cycle's, so per-host minimums may be kept.
         """
         mins = self._mins
-        gone = self.gone
+        stopped_now = self.stopped_now
         free_of = capacity.free
         best: tuple[tuple[int, int, str], list[tuple[Victim, str]]] | None = None
         on_host = self.on_host
@@ -741,7 +765,7 @@ class VictimIndex:
                     low = NEVER_COST
                     for v in victims:
                         w = v.w
-                        if w.id not in gone:
+                        if w.id not in stopped_now:
                             if limit < _ALLOCATED_LEAST and w.allocated:
                                 costs.ask(w.budget)
                                 c = _ALLOCATED_LEAST
@@ -763,7 +787,7 @@ class VictimIndex:
                     continue
             items: list[tuple[Victim, int, int, str]] = []
             for v in victims:
-                if v.w.id in gone:
+                if v.w.id in stopped_now:
                     continue
                 why = eligible.reason(v.w)
                 if why is not None:
@@ -792,22 +816,22 @@ class VictimIndex:
         ``(fail_kind, fail_hosts, budgets)``, ``budgets`` being those of the
         victims a full search here would cost beyond the earlier one's.
 
-        Why that is exact: between two builds of one world (``lineage``) the
+        Why that is exact: between two builds of one world (``earlier_builds``) the
         free GPUs, reservations, fair-share order and hence every victim's
         eligibility are the same, and victims are only added, on the hosts
-        ``lineage[since]`` names. Every other host looks to the search exactly
+        ``earlier_builds[since]`` names. Every other host looks to the search exactly
         as it did, so it fails there again, costing the same victims. So:
 
-        - one host: the full search fails iff no host of the lineage passes
+        - one host: the full search fails iff no host of the earlier builds passes
           (free GPUs, the bound, allowed) with free GPUs plus eligible victims
           covering the request (``_cover`` finds a cover iff the GPUs add up); a
           failing search costs every eligible victim on every host that passes;
         - a gang, failed for too few hosts that eligible victims could ready
           (``seen``, every host was counted): those stay ready, and only hosts
-          of the lineage can join them; that failure asked no cost;
+          of the earlier builds can join them; that failure asked no cost;
         - a gang that fits without preemption: free GPUs alone decided it.
         """
-        added = self.lineage.get(since)
+        added = self.earlier_builds.get(since)
         if added is None:
             return None
         if kind == "fits":
@@ -815,7 +839,7 @@ class VictimIndex:
         free_of = capacity.free
         bound = self.victim_gpus
         reserved = capacity.reserved
-        gone = self.gone
+        stopped_now = self.stopped_now
         on_host = self.on_host
         if kind == "host":
             budgets: set[str] = set()
@@ -830,7 +854,7 @@ class VictimIndex:
                     return None
                 have = 0
                 for v in on_host.get(host, ()):
-                    if v.w.id not in gone and eligible.reason(v.w) is not None:
+                    if v.w.id not in stopped_now and eligible.reason(v.w) is not None:
                         have += _gpus_on(v, host)
                         budgets.add(v.w.budget)
                 if have >= deficit:
@@ -845,7 +869,7 @@ class VictimIndex:
             have = f
             if have < per_host:
                 for v in on_host.get(h, ()):
-                    if v.w.id not in gone and eligible.reason(v.w) is not None:
+                    if v.w.id not in stopped_now and eligible.reason(v.w) is not None:
                         have += _gpus_on(v, h)
                         if have >= per_host:
                             break
@@ -861,7 +885,7 @@ class VictimIndex:
 
         Stops at ``hosts`` of them; the caller needs how many (up to that) and,
         when too few, which. So any order: first the hosts with enough free GPUs,
-        then those of ``light`` whose eligible victims make up the rest (no other
+        then those of ``hosts_by_span`` whose eligible victims make up the rest (no other
         host holds work the rule could take, and the rule is asked only where
         all the victims' GPUs would do: ``_candidates``' test).
         """
@@ -876,9 +900,9 @@ class VictimIndex:
         span = eligible.span
         free = capacity.free
         bound = self.victim_gpus
-        gone = self.gone
-        anyone_gone = bool(gone)  # (mostly not: then no set lookup per victim)
-        for least, h, victims in self.light:
+        stopped_now = self.stopped_now
+        anyone_gone = bool(stopped_now)  # (mostly not: then no set lookup per victim)
+        for least, h, victims in self.hosts_by_span:
             if least > span:
                 break  # nothing here or further on is the rule's to take
             have = free[h]
@@ -886,7 +910,7 @@ class VictimIndex:
                     or (barred is not None and h in barred)):
                 continue  # (counted above; not even all its victims would do; or barred)
             for v in victims:
-                if (v.span <= span and not (anyone_gone and v.w.id in gone)
+                if (v.span <= span and not (anyone_gone and v.w.id in stopped_now)
                         and eligible.reason(v.w) is not None):
                     have += _gpus_on(v, h)
                     if have >= per_host:
@@ -966,7 +990,7 @@ class VictimIndex:
         victim gangs is a component of one. A knapsack over components (at most
         one choice each) then finds the cheapest total readying enough hosts.
         """
-        gone = self.gone
+        stopped_now = self.stopped_now
         free = capacity.free
         why: dict[str, str | None] = {}
 
@@ -974,7 +998,7 @@ class VictimIndex:
             wid = v.w.id
             if wid in why:
                 return why[wid]
-            r = why[wid] = None if wid in gone else eligible.reason(v.w)
+            r = why[wid] = None if wid in stopped_now else eligible.reason(v.w)
             return r
 
         # 1. The eligible victims of each busy host: single-host ones, and gangs.
