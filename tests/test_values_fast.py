@@ -12,6 +12,7 @@ deep nesting, over-long, non-ASCII or unencodable strings, subclasses of
 from __future__ import annotations
 
 import enum
+import functools
 from typing import Any
 
 import msgspec
@@ -69,10 +70,19 @@ def _fields(cls: type) -> list[str]:
     return list(cls.__struct_fields__)  # type: ignore[attr-defined]
 
 
+@functools.cache
+def _valid_values(cls: type) -> dict[str, Any]:
+    """One valid event's fields (made once per type: building a sample reads its annotations)."""
+    return msgspec.structs.asdict(_valid(cls))
+
+
 def _build(cls: type, changes: dict[str, Any]) -> Any:
-    values = msgspec.structs.asdict(_valid(cls))
+    values = dict(_valid_values(cls))
     values.update(changes)
     return cls(**values)  # msgspec does not check types on construction
+
+
+_VALUES = st.sampled_from(_HOSTILE) | st.integers() | st.text(max_size=8)
 
 
 @st.composite
@@ -80,8 +90,7 @@ def _events(draw: st.DrawFn) -> Any:
     cls = draw(st.sampled_from(sorted(TAGS.values(), key=lambda c: c.__name__)))
     names = _fields(cls)
     changed = draw(st.lists(st.sampled_from(names), max_size=3, unique=True))
-    changes = {n: draw(st.sampled_from(_HOSTILE) | st.integers() | st.text(max_size=8))
-               for n in changed}
+    changes = {n: draw(_VALUES) for n in changed}
     return _build(cls, changes)
 
 
