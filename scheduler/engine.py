@@ -44,18 +44,18 @@ class Engine:
     only: protections ending (so the memo lapses at the next ``protected_until``)
     and fair share, which is evaluated at a period boundary (so the memo lapses
     at the next period). Inside those bounds the cycle would decide nothing
-    again, and is skipped. ``memo=False`` turns this off, and empties the
+    again, and is skipped. ``accelerate=False`` turns this off, and empties the
     accelerators' carried values (``State.memos``, scheduler/memos.py) before
     every input: the plain twin, which the property tests compare with the
     memoised engine log for log. Neither is state: snapshots leave them out, and
     a restored engine simply runs its first cycle.
     """
 
-    __slots__ = ("_idle", "memo", "state")
+    __slots__ = ("_idle", "accelerate", "state")
 
-    def __init__(self, cluster: str = "default", memo: bool = True) -> None:
+    def __init__(self, cluster: str = "default", accelerate: bool = True) -> None:
         self.state = State(cluster)
-        self.memo = memo
+        self.accelerate = accelerate
         # (state version, fair-share instant, next protection end) of the last empty cycle
         self._idle: tuple[int, int, int] | None = None
 
@@ -87,14 +87,14 @@ class Engine:
         Otherwise the caller journals ``event`` followed by the returned events
         (unless None), in order.
         """
-        if not self.memo:
+        if not self.accelerate:
             # The plain twin: no accelerator carries anything from one input to the next.
             self.state.memos.clear()
         verdict: Verdict | bool = self.fold_input(event)
         if verdict is False:
             return None
         state = self.state
-        if type(event) is ClockTicked and verdict is None and self.memo and event.cycle:
+        if type(event) is ClockTicked and verdict is None and self.accelerate and event.cycle:
             idle = self._idle
             fs = fair_share_time(state)
             if idle is not None and idle[0] == state.version and idle[1] == fs \
@@ -135,9 +135,9 @@ class Engine:
         return snapshot_state(self.state)
 
     @classmethod
-    def restore(cls, data: bytes, memo: bool = True) -> Engine:
+    def restore(cls, data: bytes, accelerate: bool = True) -> Engine:
         """An engine whose state is the one ``snapshot`` wrote."""
-        engine = cls(memo=memo)
+        engine = cls(accelerate=accelerate)
         engine.state = restore_state(data)
         return engine
 

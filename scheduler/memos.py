@@ -9,7 +9,7 @@ for a state it was not derived from.
 
 A cache only: never part of the state's identity (``State.snapshot`` and the
 saved snapshots leave it out), and emptying it changes no decision:
-``Engine(memo=False)`` empties it before every input, and the property tests
+``Engine(accelerate=False)`` empties it before every input, and the property tests
 compare that twin's logs with the memoised engine's byte for byte
 (tests/test_core_properties.py).
 """
@@ -68,7 +68,7 @@ class Memos:
         self.victims: tuple[tuple[int, int, int], int, int, VictimIndex] | None = None
 
     def clear(self) -> None:
-        """Forget everything: what a restored state starts with, and what ``Engine(memo=False)``
+        """Forget everything: what a restored state starts with, and what ``Engine(accelerate=False)``
         does before every input (the plain twin the tests compare against)."""
         self.active = None
         self.baseline_held = None

@@ -78,12 +78,12 @@ class Sim:
         tree: Sequence[tuple[str, int, tuple[str, ...]]] = FLAT,
         hosts: int | Sequence[tuple[str, str | None, str | None]] = 1,
         *,
-        memo: bool = True,
+        accelerate: bool = True,
         cluster: str = "default",
         **policy: Any,
     ) -> None:
         self.I = Inputs(cluster=cluster)
-        self.engine = Engine(cluster, memo=memo)
+        self.engine = Engine(cluster, accelerate=accelerate)
         self.journal: list[Event] = []
         self.now = 0
         policy.setdefault("team_depth", 1)

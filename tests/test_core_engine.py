@@ -90,7 +90,7 @@ def test_decide_is_pure():
 @pytest.mark.parametrize("memo", [True, False])
 def test_memo_lapses_when_a_protection_ends(memo):
     """An idle cycle is skipped only until the next protection ends: at that instant the cycle runs for real."""
-    s = Sim(hosts=1, memo=memo)
+    s = Sim(hosts=1, accelerate=memo)
     s.submit("wb", "lab/b", 8, 700)
     s.tick()
     s.at(10).submit("wa", "lab/a", 8, 60)
@@ -102,7 +102,7 @@ def test_memo_lapses_when_a_protection_ends(memo):
 
 def _period_scenario(memo: bool) -> Sim:
     """a used 4800 GPU-s long ago; b runs from t=1000; a waits for b to become the more used leaf."""
-    s = Sim(hosts=1, memo=memo)
+    s = Sim(hosts=1, accelerate=memo)
     s.run_history("lab/a", 8, 600)
     s.at(1000).submit("wb", "lab/b", 8, 60)
     s.tick()

@@ -114,7 +114,7 @@ class Run:
     def __init__(self, config: dict[str, Any], thrash: bool = False) -> None:
         self.I = Inputs()
         self.live = Engine()
-        self.twin = Engine(memo=False)
+        self.twin = Engine(accelerate=False)
         self.journal: list[Event] = []
         # Two fresh engines folding the recorded log as it grows (plain replay, no reaction):
         # after every step each holds the fold of the whole log so far.
