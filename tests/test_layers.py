@@ -179,3 +179,33 @@ def _long_core_functions(limit: int = 80) -> list[str]:
 
 def test_no_function_of_the_core_is_longer_than_80_lines() -> None:
     assert _long_core_functions() == []
+
+
+def _core_module_imports() -> dict[str, set[str]]:
+    """Each module of the core and the modules of the core it imports (type-only imports too)."""
+    modules: dict[str, Path] = {}
+    for pkg in CORE:
+        for path in sorted((REPO / pkg).rglob("*.py")):
+            name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+            modules[name.removesuffix(".__init__")] = path
+    edges: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        out: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                for a in node.names:
+                    full = f"{node.module}.{a.name}"
+                    out.add(full if full in modules else node.module)
+            elif isinstance(node, ast.Import):
+                out.update(a.name for a in node.names)
+        edges[name] = {m for m in out if m in modules and m != name}
+    return edges
+
+
+def test_no_module_of_the_core_imports_a_module_that_imports_it() -> None:
+    """No circle of two: each pair of the core's modules depends one way at most."""
+    edges = _core_module_imports()
+    assert edges["scheduler.policy.cycle"], "the parser finds the core's imports"
+    mutual = sorted({tuple(sorted((a, b))) for a, bs in edges.items() for b in bs
+                     if a in edges.get(b, set())})
+    assert mutual == []

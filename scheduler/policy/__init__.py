@@ -1,7 +1,9 @@
 """The scheduling policy, written plainly: read these modules in this order.
 
-1. ``fair_share``: which allocation is served next (usage per share, level by
-   level) and the one fair-share comparison every other rule uses.
+1. ``fair_share``: the one fair-share comparison (``less_used``, exact
+   integers) that the order, the rules and the explanation all use; the order
+   itself (which allocation is served next, level by level) is kept by the
+   accelerator ``scheduler.index.fair_share_order``.
 2. ``rules``: who may take whose GPUs, and why not.
 3. ``victims``: what stopping a workload costs, and the cheapest set of
    victims that really places a candidate.
