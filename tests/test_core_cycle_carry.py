@@ -105,7 +105,7 @@ def _bare_cycle(use: dict[str, int], shares: dict[str, int], by_node: dict[str, 
     cycle._ranking = SimpleNamespace(version=0, use=use, shares=shares,  # type: ignore[assignment]
                                      children={"p": children}, parent={})
     cycle.state = SimpleNamespace(memos=Memos())  # type: ignore[assignment]
-    cycle.gone = set()
+    cycle.stopped_now = set()
     cycle._sibling_sums = {}
     cycle._siblings_at = (-1, -1)
     cycle._sums_shared = False

@@ -78,7 +78,7 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> Watch:
             seen.wrong.append(f"commitments at {state.now}")
         if base.use != fresh.use or self.use != fresh.use:
             seen.wrong.append(f"sums at {state.now}")
-        for path, order in base.pristine.items():
+        for path, order in base.sorted_levels.items():
             seen.kept += 1
             if order != _plain_order(state, fresh.use, path):
                 seen.wrong.append(f"level {path} at {state.now}")
@@ -107,9 +107,9 @@ def test_a_base_that_keeps_stale_levels_is_caught(monkeypatch: pytest.MonkeyPatc
     advance = FairShareBase._advance
 
     def keeps_everything(self: FairShareBase, moves: list[object], parent: dict[str, str | None]) -> None:
-        pristine = self.pristine
+        sorted_levels = self.sorted_levels
         advance(self, moves, parent)  # type: ignore[arg-type]
-        self.pristine = pristine
+        self.sorted_levels = sorted_levels
 
     monkeypatch.setattr(FairShareBase, "_advance", keeps_everything)
     seen = _watch(monkeypatch)
@@ -122,9 +122,9 @@ def test_a_moved_base_that_keeps_stale_levels_is_caught(monkeypatch: pytest.Monk
     move_to = FairShareBase._move_to
 
     def keeps_everything(self: FairShareBase, state: State, fs: int, moves: list[object]) -> None:
-        pristine = dict(self.pristine)
+        sorted_levels = dict(self.sorted_levels)
         move_to(self, state, fs, moves)  # type: ignore[arg-type]
-        self.pristine = pristine
+        self.sorted_levels = sorted_levels
 
     monkeypatch.setattr(FairShareBase, "_move_to", keeps_everything)
     seen = _watch(monkeypatch)
