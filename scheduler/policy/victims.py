@@ -59,7 +59,6 @@ _COUNT_AT = _KEEP_BITS
 _UGPUS_AT = _COUNT_AT + _COUNT_BITS
 _ULOST_AT = _UGPUS_AT + _GPUS_BITS
 _AGPUS_AT = _ULOST_AT + _LOST_BITS
-_ALOST_AT = _AGPUS_AT + _GPUS_BITS
 _ONE_VICTIM = 1 << _COUNT_AT
 _ALLOCATED_LEAST = 1 << _AGPUS_AT  # no allocated victim costs less (it takes a GPU at least)
 
