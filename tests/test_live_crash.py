@@ -1,9 +1,9 @@
 """Crash safety: kill -9 the worker at random points while inputs stream in; nothing lost or doubled.
 
 Ten seeded trials on one journal. Odd trials run the worker with a fault
-armed (``tests.worker_faults``, ``--kill-after-sends K``): once the worker has handed K journal records to
-the producer in that life, it flushes them and SIGKILLs itself just before the
-next decision of a group, so it dies in the middle of publishing a cycle (or
+armed (``tests.worker_faults``, ``--kill-after-sends K``): once the worker has
+handed K journal records to the producer in that life, it flushes them and
+SIGKILLs itself just before the next decision of a group, so it dies in the middle of publishing a cycle (or
 of a rejection); the restart must append exactly the decisions that are
 missing. Even trials are killed from outside at a
 random moment (during the fold, a batch, a snapshot). Snapshots are taken
