@@ -15,6 +15,9 @@ raw consume rate): the headers are parsed for the three allot ones, the value
 is read for its envelope only (a struct of five fields; the audit decodes every
 event with ``events.decode`` when it loads the archive), and rows are kept as
 column lists until the batch is written.
+
+An optional ``AtCommit`` callback sees each batch's two commit points (the
+crash tests' fault injection, tests/archiver_faults.py, uses it).
 """
 
 from __future__ import annotations
@@ -24,12 +27,11 @@ import contextlib
 import fcntl
 import os
 import re
-import signal
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal, Protocol
 
 import msgspec
 import pyarrow as pa
@@ -211,12 +213,27 @@ def _fsync_write(table: pa.Table, path: Path, compression: str) -> int:
     return path.stat().st_size
 
 
+CommitPoint = Literal["before_commit", "after_commit"]
+
+
+class AtCommit(Protocol):
+    """Called at each batch's commit points (none by default).
+
+    ``before_commit``: the batch's files are written, its manifest line is not;
+    ``after_commit``: the line is durable, the files are not renamed yet. The
+    crash tests kill the archiver here.
+    """
+
+    def __call__(self, where: CommitPoint) -> None: ...
+
+
 class Archiver:
     """Archive one journal topic into one directory. ``await run()``; ``stop()`` to finish."""
 
     def __init__(self, bootstrap: str, root: str | Path, prefix: str = "", *,
                  flush_records: int = 200_000, flush_s: float = 5.0, fetch_wait_ms: int = 200,
-                 compression: str = "zstd", wait_for_topic_s: float = 60.0) -> None:
+                 compression: str = "zstd", wait_for_topic_s: float = 60.0,
+                 at_commit: AtCommit | None = None) -> None:
         self.bootstrap = bootstrap
         self.root = Path(root)
         self.journal = topic(JOURNAL, prefix)
@@ -230,21 +247,8 @@ class Archiver:
         self.ready = asyncio.Event()       # set once positioned (the manifest read and checked)
         self._stop = asyncio.Event()
         self._lock: IO[bytes] | None = None
-        self._faults = 0
+        self._at_commit = at_commit
         self.manifest: Manifest | None = None
-
-    def _fault(self, where: str) -> None:
-        """Test hook (``ALLOT_ARCHIVE_FAULT=<where>:<n>``): SIGKILL at the n-th batch's ``where``.
-
-        ``before_commit``: the batch's files are written, the manifest line is not;
-        ``after_commit``: the line is written, the files are not renamed yet.
-        """
-        spec = os.environ.get("ALLOT_ARCHIVE_FAULT", "")
-        if not spec.startswith(where + ":"):
-            return
-        self._faults += 1
-        if self._faults >= int(spec.split(":", 1)[1]):
-            os.kill(os.getpid(), signal.SIGKILL)
 
     def stop(self) -> None:
         """Read every partition to its end as of now, commit, and return from ``run``."""
@@ -401,8 +405,11 @@ class Archiver:
             files.append(FileEntry(path=rel, records=len(cols.offset)))
         batch = Batch(topic=self.journal, partition=p, first=pb.first, last=pb.last,
                       records=pb.records, files=files, origin=origin, written_at=time.time())
-        self._fault("before_commit")
-        self.manifest.commit(batch, after_line=lambda: self._fault("after_commit"))
+        at_commit = self._at_commit
+        if at_commit is not None:
+            at_commit("before_commit")
+        self.manifest.commit(batch, after_line=None if at_commit is None
+                             else lambda: at_commit("after_commit"))
         self.stats.records += pb.records
         self.stats.batches += 1
         self.stats.files += len(files)

@@ -163,13 +163,6 @@ _STEP = [0] * 256
 _STEP[ord("(")], _STEP[ord(")")] = 1, -1
 
 
-def _check_depth(data: bytes) -> None:
-    """Raise MalformedEvent if ``data`` nests deeper than MAX_DEPTH (or its brackets do not pair)."""
-    if _OPEN_SQUARE not in data and _OPEN_CURLY not in data[1:]:
-        return  # at most one bracket in all (decode() inlines this test)
-    _check_brackets(data)
-
-
 def _check_brackets(data: bytes) -> None:
     """Steps 1 and 2 above, for a record with more than one bracket."""
     if data.count(b"{") + data.count(b"[") <= MAX_DEPTH:

@@ -72,7 +72,6 @@ DECISION_TYPES: tuple[type, ...] = (
     BudgetEditRejected,
     InputRejected,
 )
-DERIVED_TYPES = DECISION_TYPES  # the older name, kept for callers
 INPUT_TYPES: tuple[type, ...] = tuple(t for t in ALL_TYPES if t not in DECISION_TYPES)
 
 
@@ -83,5 +82,4 @@ def tag_of(cls: type) -> str:
 
 TAGS: dict[str, type] = {tag_of(c): c for c in ALL_TYPES}
 INPUT_TAGS: frozenset[str] = frozenset(tag_of(c) for c in INPUT_TYPES)
-DERIVED_TAGS: frozenset[str] = frozenset(tag_of(c) for c in DERIVED_TYPES)
-DECISION_TAGS = DERIVED_TAGS
+DECISION_TAGS: frozenset[str] = frozenset(tag_of(c) for c in DECISION_TYPES)

@@ -258,10 +258,6 @@ class WorkloadsProjection:
         self._dequeue(w)
         w.status = CANCELLED
 
-    def reject(self, w: Workload) -> None:
-        self._dequeue(w)
-        w.status = REJECTED
-
     def ended_at(self, w: Workload, now: int) -> None:
         """``w`` has just ended at trusted time ``now``: note it for the lapse rule."""
         self.ended.append((now, w.id))

@@ -69,8 +69,6 @@ from scheduler.time_text import date_text, duration_text
 from scheduler.verdict import Ignore, Reject
 
 DEFAULT_POLICY = PolicyConfigured(id="default-policy", at=0, actor="allot", source="allot")
-# The verdict on an event id folded before: at-least-once delivery makes these normal.
-DUPLICATE = Ignore("duplicate event id")
 
 
 class State:
@@ -411,4 +409,4 @@ def _check_fold_table() -> None:
 
 _check_fold_table()
 
-__all__ = ["DEFAULT_POLICY", "DUPLICATE", "Ignore", "Reject", "State"]
+__all__ = ["DEFAULT_POLICY", "Ignore", "Reject", "State"]

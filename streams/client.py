@@ -195,13 +195,6 @@ class Client:
     async def partition_of(self, cluster: str) -> int:
         return partition_for(cluster, await self.partitions(self.inbox))
 
-    def headers_for(self, value: bytes) -> list[tuple[str, bytes]] | None:
-        if self.signer is None:
-            return None
-        from streams.signing import sign_headers
-
-        return sign_headers(value, self.signer[0], self.signer[1])
-
     def signing_for(self, event: Event) -> tuple[str, bytes] | None:
         """``(principal, private key)`` that signs ``event``: the signer, or the actor's key."""
         if self.signer is not None:

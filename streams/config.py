@@ -170,13 +170,6 @@ class WorkerSettings:
     ssl_cafile: str = _doc(
         "With `SASL_SSL`: the CA bundle that signs the broker's certificate (empty: the "
         "system's trust store).", "")
-    fault_kill_after_sends: int = _doc(
-        "Test hook: once at least this many journal records were handed to the producer and "
-        "the next one continues the same group (a decision), flush what was handed over and "
-        "kill the process with SIGKILL, mid-group (0: off). For the crash tests only.", 0)
-    fault_stop_after_sends: int = _doc(
-        "Test hook: like `fault_kill_after_sends`, but the process stops itself with SIGSTOP "
-        "(once), so a test can resume it after another worker took over (0: off).", 0)
 
     @property
     def insecure(self) -> bool:
@@ -273,8 +266,7 @@ def _check(s: WorkerSettings) -> WorkerSettings:
                  "fold_fetch_wait_ms"):
         if getattr(s, name) < 1:
             raise bad(name, "must be at least 1")
-    for name in ("linger_ms", "snapshot_every_records", "fault_kill_after_sends",
-                 "fault_stop_after_sends"):
+    for name in ("linger_ms", "snapshot_every_records"):
         if getattr(s, name) < 0:
             raise bad(name, "must not be negative")
     if s.snapshot_every_s < 0:

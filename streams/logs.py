@@ -48,14 +48,3 @@ def configure(fmt: str = "auto", level: str = "info", stream: TextIO | None = No
 def logger(**bound: Any) -> Any:
     """A structlog logger with ``bound`` fields on every line."""
     return structlog.get_logger("allot").bind(**bound)
-
-
-def record_fields(cluster: str | None, partition: int, offset: int,
-                  event_id: str | None = None) -> dict[str, Any]:
-    """The fields that locate one record (bound on per-record log lines)."""
-    out: dict[str, Any] = {"partition": partition, "offset": offset}
-    if cluster is not None:
-        out["cluster"] = cluster
-    if event_id is not None:
-        out["event_id"] = event_id
-    return out

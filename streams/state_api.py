@@ -227,13 +227,6 @@ class StateApi:
         _, e = self._engine(body["cluster"])
         return body, (snapshot_state(e.state) if ids else None), ids
 
-    def queue_with_forecasts(self, cluster: str | None = None, user: str | None = None,
-                             budget: str | None = None, limit: int = 2_000,
-                             rows: int = 20) -> dict[str, Any]:
-        """``queue`` with the forecast start of its first ``rows`` rows (in-process callers)."""
-        body, snap, ids = self.queue_forecast_input(cluster, user, budget, limit, rows)
-        return attach_forecasts(body, snap, ids)
-
     # -- active workloads (what ``allot cancel --user/--budget`` cancels) ---------------------
 
     def workloads(self, cluster: str | None = None, user: str | None = None,

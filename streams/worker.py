@@ -32,20 +32,21 @@ and the crash-safety argument in full):
 
 ``Worker`` holds all of its state (no module globals), so tests and
 ``allot up`` can run several in one process. ``run()`` until ``stop()``.
+An optional ``AfterJournalSend`` callback sees each journal record handed to
+the producer (the crash tests' fault injection, tests/worker_faults.py, uses it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import secrets
 import signal
 import sys
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -155,11 +156,24 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         await self.worker._assigned({tp.partition for tp in assigned})
 
 
+class AfterJournalSend(Protocol):
+    """Called after each journal record is handed to the producer (none by default).
+
+    ``mid_group``: the next record of the batch continues this record's group (it is
+    a decision of the same input), so stopping here leaves a group half written.
+    ``flush`` sends what was handed over. The crash tests inject their faults here.
+    """
+
+    async def __call__(self, mid_group: bool, flush: Callable[[], Awaitable[None]]) -> None: ...
+
+
 class Worker:
     """One scheduling worker. ``await run()``; ``stop()`` from anywhere in the same loop."""
 
-    def __init__(self, settings: WorkerSettings, metrics: WorkerMetrics | None = None) -> None:
+    def __init__(self, settings: WorkerSettings, metrics: WorkerMetrics | None = None,
+                 after_send: AfterJournalSend | None = None) -> None:
         self.settings = settings
+        self._after_send = after_send
         self.name = settings.name
         self.metrics = metrics or WorkerMetrics()
         self.log = logs.logger(worker=self.name)
@@ -208,8 +222,6 @@ class Worker:
         # The group's first assignment has come (aiokafka's getmany waits for it: until then
         # the loop fetches only what the liveness fast path took).
         self._joined = False
-        self._sends = 0
-        self._stopped_once = False
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._reader: AIOKafkaConsumer | None = None
@@ -1040,8 +1052,7 @@ class Worker:
         """Append the batch (journal records in order per partition, dead letters) and await all."""
         assert self._producer is not None
         producer = self._producer
-        kill_at = self.settings.fault_kill_after_sends
-        stop_at = self.settings.fault_stop_after_sends if not self._stopped_once else 0
+        after_send = self._after_send
         futs: dict[int, list[asyncio.Future[Any]]] = {}
         try:
             for p, records in journal_out.items():
@@ -1052,19 +1063,10 @@ class Worker:
                 for i, (cluster, value, _) in enumerate(records):
                     lst.append(await producer.send(self.journal, value, key=cluster.encode(),
                                                    partition=p, headers=sealed[i]))
-                    self._sends += 1
-                    mid_group = i + 1 < len(records) \
-                        and records[i + 1][2][0][1] == KIND_DECISION.encode()
-                    if mid_group and kill_at and self._sends >= kill_at:
-                        # Test hook: die between an input (or decision) and the rest of its group.
-                        await producer.flush()
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    if mid_group and stop_at and self._sends >= stop_at:
-                        # Test hook: freeze here; whatever follows is written after a resume.
-                        await producer.flush()
-                        self._stopped_once = True
-                        stop_at = 0
-                        os.kill(os.getpid(), signal.SIGSTOP)
+                    if after_send is not None:
+                        mid_group = i + 1 < len(records) \
+                            and records[i + 1][2][0][1] == KIND_DECISION.encode()
+                        await after_send(mid_group, producer.flush)
             dead_futs = [await producer.send(self.deadletter, value, key=key)
                          for key, value in dead_out]
         except KafkaError as exc:
@@ -1211,9 +1213,10 @@ def journal_event(msg: Any) -> Event | None:
     return None if rec.kind == KIND_CLAIM else decode(rec.value)
 
 
-async def run_worker(settings: WorkerSettings, install_signals: bool = True) -> int:
+async def run_worker(settings: WorkerSettings, install_signals: bool = True,
+                     after_send: AfterJournalSend | None = None) -> int:
     """Run one worker until SIGINT/SIGTERM (or ``stop()``); the exit status."""
-    worker = Worker(settings)
+    worker = Worker(settings, after_send=after_send)
     loop = asyncio.get_running_loop()
     if install_signals:
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -289,13 +289,17 @@ class Live:
 
 
 class WorkerProcess:
-    """``python -m allot worker`` as a child process (kill -9 and SIGSTOP need a process)."""
+    """``python -m allot worker`` as a child process (kill -9 and SIGSTOP need a process).
+
+    ``argv``: another command line with the same settings (``tests.worker_faults``).
+    """
 
     def __init__(self, settings: WorkerSettings, log_path: Path,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, argv: list[str] | None = None) -> None:
         self.settings = settings
         self.log_path = log_path
         self.env = env or {}
+        self.argv = argv or [sys.executable, "-m", "allot", "worker"]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProcess:
@@ -312,7 +316,7 @@ class WorkerProcess:
                                                      else str(value))
         env.update(self.env)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in wait()
-        self.proc = subprocess.Popen([sys.executable, "-m", "allot", "worker"], cwd=REPO, env=env,
+        self.proc = subprocess.Popen(self.argv, cwd=REPO, env=env,
                                      stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
         return self

@@ -3,8 +3,8 @@
 Journal records stream into a real broker while ``allot archive`` runs as a
 child process and is killed with SIGKILL again and again: at random moments
 (from outside), and at the two points inside a commit where a crash is worst
-(the fault hook: the batch's files written but not its manifest line, and the
-line written but the files not renamed). A last ``--once`` run then archives to
+(run through ``tests.archiver_faults``: the batch's files written but not its
+manifest line, and the line written but the files not renamed). A last ``--once`` run then archives to
 the end. Every offset of every partition must be in exactly one committed
 file, with its exact bytes and headers; no temporary file may be left; and a
 DuckDB glob over the directory must see each record once too.
@@ -89,11 +89,14 @@ def _feed(live: Live, sent: dict[int, list[bytes]], done: threading.Event,
     done.set()
 
 
-def _archiver(live: Live, root: Path, *extra: str, env: dict[str, str] | None = None,
+def _archiver(live: Live, root: Path, *extra: str, kill_at: str | None = None,
               stdout: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
-    e = {**os.environ, "ALLOT_LOG_LEVEL": "warning", **(env or {})}
+    """``allot archive``, or with ``kill_at`` (WHERE:N) the archiver of tests.archiver_faults."""
+    e = {**os.environ, "ALLOT_LOG_LEVEL": "warning"}
+    command = ["allot", "archive"] if kill_at is None else \
+        ["tests.archiver_faults", "--kill-at", kill_at]
     return subprocess.Popen(
-        [sys.executable, "-m", "allot", "archive", "--dir", str(root), "--bootstrap",
+        [sys.executable, "-m", *command, "--dir", str(root), "--bootstrap",
          live.bootstrap, "--topic-prefix", live.prefix, "--flush-s", "0.1",
          "--flush-records", "700", *extra],
         cwd=REPO, env=e, stdout=stdout, stderr=subprocess.PIPE)
@@ -111,8 +114,7 @@ def test_kill_9_in_a_loop_archives_every_record_once(live: Live, tmp_path: Path)
     kills = {"outside": 0, "before_commit": 0, "after_commit": 0}
     for i in range(KILLS):
         fault = faults[i % 2] if i % 3 != 2 else None
-        env = {"ALLOT_ARCHIVE_FAULT": f"{fault}:{rng.randint(1, 4)}"} if fault else {}
-        proc = _archiver(live, root, env=env)
+        proc = _archiver(live, root, kill_at=f"{fault}:{rng.randint(1, 4)}" if fault else None)
         try:
             proc.wait(timeout=60.0 if fault else rng.uniform(1.0, 3.0))
         except subprocess.TimeoutExpired:

@@ -42,15 +42,20 @@ class Seen:
         self.wrong_lists: list[int] = []  # ... where the lists themselves did
 
 
+def _lists(frees: HostFreeTimes) -> dict[str, object]:
+    """The ``host_frees`` lists ``frees`` holds, per host."""
+    return {h: listed for h, (_, listed) in frees.per_host.items()}
+
+
 def _view(frees: HostFreeTimes) -> tuple[object, ...]:
     on = {wid: sorted(hosts) for wid, hosts in frees.on.items()}
-    return frees.lists(), {h: n for h, (n, _) in frees.per_host.items()}, sorted(on.items())
+    return _lists(frees), {h: n for h, (n, _) in frees.per_host.items()}, sorted(on.items())
 
 
 def _check(state: State, frees: HostFreeTimes, seen: Seen) -> None:
     """``frees`` against ``host_frees`` and a fresh build, for ``state``."""
     fresh = HostFreeTimes.build(state, frees.world)
-    if frees.lists() != host_frees(state.cluster_state.hosts, state.workloads.running):
+    if _lists(frees) != host_frees(state.cluster_state.hosts, state.workloads.running):
         seen.wrong_lists.append(state.now)
     if seen.wrong_lists or _view(frees) != _view(fresh) \
             or frees.running_version != state.workloads.running_version:

@@ -323,15 +323,15 @@ def test_work_lost_counts_the_run_since_the_victim_could_last_resume(resumable, 
 
 
 def test_the_checkpoint_hook_reads_the_workloads_interval_before_the_policys():
-    """checkpoint_interval: the workload's own interval wins, else the policy's, else none."""
+    """checkpoint_rule: the workload's own interval wins, else the policy's, else none."""
     from types import SimpleNamespace
 
-    from scheduler.policy.victims import checkpoint_interval
+    from scheduler.policy.victims import checkpoint_rule
 
-    policy = SimpleNamespace(checkpoint_interval_s=900)
-    assert checkpoint_interval(SimpleNamespace(checkpoint_interval_s=300), policy) == 300
-    assert checkpoint_interval(SimpleNamespace(), policy) == 900
-    assert checkpoint_interval(SimpleNamespace(), SimpleNamespace()) is None
+    rule = checkpoint_rule(SimpleNamespace(checkpoint_interval_s=900))
+    assert rule(SimpleNamespace(checkpoint_interval_s=300)) == 300
+    assert rule(SimpleNamespace()) == 900
+    assert checkpoint_rule(SimpleNamespace())(SimpleNamespace()) is None
 
 
 # -- the fair-share rule, tested directly (issue 8, section 7) ------------------------------

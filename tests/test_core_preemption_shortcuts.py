@@ -23,6 +23,7 @@ caught.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 
 import pytest
@@ -235,10 +236,36 @@ def test_the_log_is_the_same_when_every_victim_is_offered_to_the_rule(
     assert shipped_log("ai2-month-heavy", 1.0) == kept
 
 
-@pytest.mark.parametrize("allocated", [True, False])
-def test_a_victims_packed_cost_has_its_fields_in_place(allocated: bool) -> None:
-    cases = [(0, 1, 0), (7, 8, (1 << 20) - 1), ((1 << 63) + 5, (1 << 31) + 3, 12345)]
-    for lost, gpus, keep in cases:
-        fields = victims_mod.unpack_cost(victims_mod.pack_cost(lost, gpus, allocated, keep))
-        kind = (lost, gpus, 0, 0) if allocated else (0, 0, lost, gpus)
-        assert fields == (*kind, 1, keep)
+def _fields(victims: list[tuple[int, int, bool, int]]) -> tuple[int, ...]:
+    """A plan's cost as the module docstring orders it, most significant first."""
+    out = [0, 0, 0, 0, len(victims), 0]
+    for lost, gpus, allocated, keep in victims:
+        at = 0 if allocated else 2
+        out[at] += lost
+        out[at + 1] += gpus
+        out[5] += keep
+    return tuple(out)
+
+
+def test_packed_costs_add_and_compare_as_their_fields() -> None:
+    """Summed over a plan's victims, packed costs order plans as the field tuples do
+    (no field carries into the next, none is out of place), equal only when those are:
+    every pair of one-victim plans at the fields' extremes, then random plans."""
+    rng = random.Random(20261207)
+    plans = [[(lost, gpus, allocated, keep)] for lost in (0, 5, 6, (1 << 63) + 5, (1 << 63) + 6)
+             for gpus in (1, 3, (1 << 31) + 3) for allocated in (True, False)
+             for keep in (0, 1, (1 << 20) - 1)]
+    pairs = [(a, b) for a in plans for b in plans]
+
+    def victim() -> tuple[int, int, bool, int]:
+        lost = rng.choice((0, 1, 7, rng.randrange(1 << 40)))
+        gpus = rng.choice((1, 2, 8, rng.randrange(1, 1 << 16)))
+        return lost, gpus, rng.random() < 0.5, rng.choice((0, 1, rng.randrange(1 << 20)))
+
+    pairs += [([victim() for _ in range(rng.randint(0, 6))],
+               [victim() for _ in range(rng.randint(0, 6))]) for _ in range(3000)]
+    for a, b in pairs:
+        pa = sum(victims_mod.pack_cost(*v) for v in a)
+        pb = sum(victims_mod.pack_cost(*v) for v in b)
+        fa, fb = _fields(a), _fields(b)
+        assert (pa > pb) - (pa < pb) == (fa > fb) - (fa < fb), (a, b)

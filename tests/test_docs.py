@@ -17,7 +17,7 @@ import pytest
 
 from events import (
     ALL_TYPES,
-    DERIVED_TAGS,
+    DECISION_TAGS,
     INPUT_TAGS,
     TAGS,
     BudgetEditReason,
@@ -129,7 +129,7 @@ def test_examples_follow_the_envelope_rules() -> None:
         if tag in INPUT_TAGS:
             assert e.cause is None, e.id
         else:
-            assert tag in DERIVED_TAGS
+            assert tag in DECISION_TAGS
             assert e.cause is not None and re.fullmatch(rf"{re.escape(e.cause)}/\d+", e.id), e.id
             assert e.actor == e.source == "allot.scheduler", e.id
 

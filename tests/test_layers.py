@@ -135,6 +135,13 @@ def test_every_package_directory_is_installed() -> None:
     assert found == listed
 
 
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_no_package_imports_the_tests(package: str) -> None:
+    """Test support (fault injection: tests/worker_faults.py, tests/archiver_faults.py) is
+    wired in by test entrypoints only; production code offers a narrow hook and nothing more."""
+    assert not _violations(package, "tests")
+
+
 def test_pending_violations_are_forbidden_pairs() -> None:
     """Each pending mark names a pair the table forbids (so it cannot hide an allowed one)."""
     for importer, imported in PENDING:

@@ -1,9 +1,9 @@
 """Crash safety: kill -9 the worker at random points while inputs stream in; nothing lost or doubled.
 
-Ten seeded trials on one journal. Odd trials arm the fault hook
-(``fault_kill_after_sends``): once the worker has handed K journal records to
-the producer in that life, it flushes them and SIGKILLs itself just before the
-next decision of a group, so it dies in the middle of publishing a cycle (or
+Ten seeded trials on one journal. Odd trials run the worker with a fault
+armed (``tests.worker_faults``, ``--kill-after-sends K``): once the worker has
+handed K journal records to the producer in that life, it flushes them and
+SIGKILLs itself just before the next decision of a group, so it dies in the middle of publishing a cycle (or
 of a rejection); the restart must append exactly the decisions that are
 missing. Even trials are killed from outside at a
 random moment (during the fold, a batch, a snapshot). Snapshots are taken
@@ -38,6 +38,7 @@ from tests.kafka import (
     wait_until,
     worker_settings,
 )
+from tests.worker_faults import faulty_worker
 
 pytestmark = pytest.mark.kafka
 
@@ -127,11 +128,11 @@ def test_kill_9_at_random_points_loses_and_doubles_nothing(live: Live, kafka: st
     kills = {"self": 0, "outside": 0}
     for trial in range(TRIALS + 1):
         final = trial == TRIALS
-        env = {}
+        argv = None
         if trial % 2 == 1 and not final:
-            env["ALLOT_FAULT_KILL_AFTER_SENDS"] = str(rng.randint(1, 500))
+            argv = faulty_worker(kill_after_sends=rng.randint(1, 500))
         before = {c: len(live.claims(live.partition_of(c))) for c in CLUSTERS}
-        w = WorkerProcess(settings, log, env).start()
+        w = WorkerProcess(settings, log, argv=argv).start()
         _wait_claimed(live, w, before, trial)
         if trial == 0:
             for c in CLUSTERS:
@@ -142,7 +143,7 @@ def test_kill_9_at_random_points_loses_and_doubles_nothing(live: Live, kafka: st
             break
         pub = threading.Thread(target=_publish, args=(live, streams, PER_TRIAL, 2.0))
         pub.start()
-        if env:
+        if argv:
             # The hook kills the worker itself; if it wrote fewer records than K, do it.
             deadline = time.monotonic() + 5
             while w.alive() and time.monotonic() < deadline:

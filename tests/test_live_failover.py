@@ -35,6 +35,7 @@ from tests.kafka import (
     wait_until,
     worker_settings,
 )
+from tests.worker_faults import faulty_worker
 
 pytestmark = pytest.mark.kafka
 
@@ -169,8 +170,9 @@ def live(kafka: str) -> Iterator[Live]:
 
 
 def pair(live: Live, kafka: str, tmp_path: Path,
-          env: dict[str, dict[str, str]] | None = None,
+          argv: dict[str, list[str]] | None = None,
           liveness: bool = True) -> tuple[dict[str, WorkerProcess], dict[str, int]]:
+    """Workers "wa" and "wb", each on its own command line in ``argv`` if named there."""
     procs: dict[str, WorkerProcess] = {}
     ports: dict[str, int] = {}
     for name in ("wa", "wb"):
@@ -179,7 +181,8 @@ def pair(live: Live, kafka: str, tmp_path: Path,
                             metrics_port=ports[name], log_level="debug", time_scale=5.0,
                             snapshot_every_records=300, partitions=PARTITIONS,
                             liveness=liveness)
-        procs[name] = WorkerProcess(s, tmp_path / f"{name}.log", (env or {}).get(name)).start()
+        procs[name] = WorkerProcess(s, tmp_path / f"{name}.log",
+                                    argv=(argv or {}).get(name)).start()
     names = {n: n for n in procs}
     wait_until(lambda: sorted(set(worker_of(live, names).values())) == ["wa", "wb"]
                and len(worker_of(live, names)) == PARTITIONS, 90,
@@ -222,7 +225,7 @@ def test_a_frozen_owner_is_fenced_and_the_journals_stay_exact(live: Live, kafka:
                                                                tmp_path: Path) -> None:
     # "wa" freezes itself (SIGSTOP) in the middle of a batch, after its 400th journal record,
     # so it holds a half-written batch while "wb" takes its partitions over.
-    procs, ports = pair(live, kafka, tmp_path, env={"wa": {"ALLOT_FAULT_STOP_AFTER_SENDS": "400"}},
+    procs, ports = pair(live, kafka, tmp_path, argv={"wa": faulty_worker(stop_after_sends=400)},
                          liveness=False)
     try:
         feed = Feed(live, rate_per_cluster=40.0)

@@ -31,6 +31,7 @@ from tests.test_live_failover import (
     verify,
     worker_of,
 )
+from tests.worker_faults import faulty_worker
 
 pytestmark = pytest.mark.kafka
 
@@ -93,7 +94,7 @@ def test_a_frozen_owners_partitions_move_within_5_s_and_it_is_fenced(
     resumed after its session timeout, the group has moved them too (the slow path on top)."""
     # "wa" freezes itself (SIGSTOP) in the middle of a batch, after its 300th journal record:
     # it holds a half-written batch while "wb" takes its partitions over.
-    procs, ports = pair(live, kafka, tmp_path, env={"wa": {"ALLOT_FAULT_STOP_AFTER_SENDS": "300"}})
+    procs, ports = pair(live, kafka, tmp_path, argv={"wa": faulty_worker(stop_after_sends=300)})
     names = {n: n for n in procs}
     try:
         feed = Feed(live, rate_per_cluster=40.0)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 from scheduler import Engine
-from streams.state_api import StateApi
+from streams.state_api import StateApi, http_routes
 from tests.test_forecast_many import busy_state
 
 
@@ -25,8 +27,10 @@ def test_limit_holds_across_allocations_and_forecasts_attach() -> None:
     for limit in (1, 3, 7):
         rows = api.queue(limit=limit)["rows"]
         assert [r["workload"] for r in rows] == [r["workload"] for r in full["rows"][:limit]]
-    body = api.queue_with_forecasts(limit=10, rows=4)
-    assert body["forecast"]["rows"] == 4 and "error" not in body["forecast"]
+    status, _, raw = http_routes(api, lambda fn: fn())(
+        "/api/queue", {"limit": "10", "forecast": "1", "forecast_rows": "4"})
+    body = json.loads(raw)
+    assert status == 200 and body["forecast"]["rows"] == 4 and "error" not in body["forecast"]
     with_f = [r for r in body["rows"] if "forecast" in r]
     assert [r["workload"] for r in with_f] == [r["workload"] for r in body["rows"][:4]]
     assert all(r["forecast"]["status"] in ("pending", "beyond_horizon", "unfinished")
@@ -37,10 +41,6 @@ def test_limit_holds_across_allocations_and_forecasts_attach() -> None:
 def test_an_explanation_without_its_forecast_simulates_nothing() -> None:
     """``/api/explain/ID?forecast=0`` (what ``allot wait`` polls): the same explanation, no
     forward simulation; without the flag the forecast is there."""
-    import json
-
-    from streams.state_api import http_routes
-
     eng = busy_state(pending=40)
     route = http_routes(StateApi(EngineSource(eng)), lambda fn: fn())
     wid = StateApi(EngineSource(eng)).queue()["rows"][0]["workload"]

@@ -121,10 +121,6 @@ class HostFreeTimes:
         self.running_version = running_version
         self.world = world  # the host set they were built on: (health_version, hosts)
 
-    def lists(self) -> dict[str, FreeList]:
-        """The ``host_frees`` these stand for."""
-        return {name: frees for name, (_, frees) in self.per_host.items()}
-
     @staticmethod
     def build(state: State, world: tuple[int, int]) -> HostFreeTimes:
         """From scratch: ``host_frees`` of the state, with its sums and hosts per workload."""

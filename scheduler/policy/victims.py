@@ -59,7 +59,6 @@ _COUNT_AT = _KEEP_BITS
 _UGPUS_AT = _COUNT_AT + _COUNT_BITS
 _ULOST_AT = _UGPUS_AT + _GPUS_BITS
 _AGPUS_AT = _ULOST_AT + _LOST_BITS
-_ALOST_AT = _AGPUS_AT + _GPUS_BITS
 _ONE_VICTIM = 1 << _COUNT_AT
 _ALLOCATED_LEAST = 1 << _AGPUS_AT  # no allocated victim costs less (it takes a GPU at least)
 
@@ -75,15 +74,6 @@ def pack_cost(lost: int, gpus: int, allocated: bool, keep: int) -> int:
     """
     at = _AGPUS_AT if allocated else _UGPUS_AT
     return (((lost << _GPUS_BITS) | gpus) << at) | (_ONE_VICTIM | keep)
-
-
-def unpack_cost(cost: int) -> tuple[int, int, int, int, int, int]:
-    """The fields of a packed cost, most significant first (for tests and explanations)."""
-    def field(at: int, bits: int) -> int:
-        return (cost >> at) & ((1 << bits) - 1)
-
-    return (cost >> _ALOST_AT, field(_AGPUS_AT, _GPUS_BITS), field(_ULOST_AT, _LOST_BITS),
-            field(_UGPUS_AT, _GPUS_BITS), field(_COUNT_AT, _COUNT_BITS), field(0, _KEEP_BITS))
 
 
 def work_lost(w: Workload, now: int, checkpoint_s: int | None) -> int:
@@ -103,21 +93,15 @@ def work_lost(w: Workload, now: int, checkpoint_s: int | None) -> int:
     return w.gpus * (ran % checkpoint_s)
 
 
-def checkpoint_interval(w: Workload, policy: Any) -> int | None:
-    """The hook for a resumable workload's checkpoint interval, in seconds.
+def checkpoint_rule(policy: Any) -> Callable[[Workload], int | None]:
+    """The checkpoint interval of a resumable workload, in seconds, under ``policy``.
 
     The workload's own ``checkpoint_interval_s`` (from ``workload.submitted``),
     else a policy-wide default if the policy carries one (``PolicyConfigured``
     has none today), else None: it checkpoints continuously and loses nothing.
-    """
-    return checkpoint_rule(policy)(w)
-
-
-def checkpoint_rule(policy: Any) -> Callable[[Workload], int | None]:
-    """``checkpoint_interval`` for one policy, its default read once.
-
-    A cycle asks it for every victim it costs; asking the policy each time for a
-    field it does not have raised and caught an AttributeError per victim.
+    The default is read once per policy: a cycle asks this rule for every victim
+    it costs, and asking the policy each time for a field it does not have
+    raised and caught an AttributeError per victim.
     """
     default = getattr(policy, "checkpoint_interval_s", None)
 
