@@ -210,7 +210,7 @@ def _plain_ready_times(w: Workload, capacity: Capacity, frees: HostFreeTimes, ru
                        gone: Container[str], now: int) -> dict[str, int]:
     """``ready_times`` without its bounds: every host walked to its crossing or its end."""
     out: dict[str, int] = {}
-    lists = frees.lists()
+    lists = {h: listed for h, (_, listed) in frees.per_host.items()}
     for name, free in capacity.free.items():
         held = capacity.reserved.get(name)
         if held is not None and held[1] != w.id:
