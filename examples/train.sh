@@ -1,9 +1,9 @@
 #!/bin/sh
 # A stand-in for a training job that checkpoints, for trying allot without GPUs:
-# it counts STEPS steps (default 10) of one second each, saves its step to
+# it counts STEPS steps (default 20) of one second each, saves its step to
 # CHECKPOINT (default ./checkpoint.txt) when it gets SIGTERM (a preemption, with
 # the policy's grace) and resumes from there on its next run.
-steps=${STEPS:-10}
+steps=${STEPS:-20}
 ckpt=${CHECKPOINT:-checkpoint.txt}
 n=$(cat "$ckpt" 2>/dev/null || echo 0)
 echo "run ${ALLOT_RUN:-?} of ${ALLOT_WORKLOAD:-?} on GPUs ${CUDA_VISIBLE_DEVICES:-none}: from step $n of $steps"

@@ -103,8 +103,8 @@ def test_the_readme_walkthrough_runs_as_written(tmp_path: Path) -> None:
     assert "its host g0 failed" in out and "It was requeued: it resumes from its last" in out
     saved = re.search(r"SIGTERM: checkpoint saved at step (\d+)", out)
     assert saved and int(saved.group(1)) > 0, out
-    assert f"run 2 of train-1 on GPUs 0,1,2,3,4,5,6,7: from step {saved.group(1)} of 10" in out
-    assert "done: 10 steps" in out
+    assert f"run 2 of train-1 on GPUs 0,1,2,3,4,5,6,7: from step {saved.group(1)} of 20" in out
+    assert "done: 20 steps" in out
     assert re.search(r"train-1\s+│ walker\s+│ lab/alice\s+│ 8\s+│ succeeded .*│ 2\s+│ 1", out), out
     for text in screen:
         assert not EPOCH.search(text), EPOCH.search(text)
