@@ -166,6 +166,7 @@ class Cycle:
         # later cycle, once they are released. 0 (the default): at once, as ever.
         self.grace = self.policy.preemption_grace_s > 0
         self.held_back = False  # a stop of this cycle kept its GPUs (see stop)
+        self.sealed: set[str] = set()  # preemptors whose hosts this cycle sealed (hold_for)
         self.leftover = False  # a preemption freed more than its preemptor took
         self.started: set[str] = set()  # workloads started in this cycle
 
@@ -235,7 +236,8 @@ class Cycle:
             w = pending[wid]
             started = self.place(w, self.rule(w, Due(frozenset(r.hosts), r.since)),
                                  budgeted=False)
-            self.book.release(w)
+            if wid not in self.sealed and not (self.grace and wid in self.state.stopping_for):
+                self.book.release(w)  # (else its victims still stop: sealed, ``hold_for``)
             if started:
                 self._commit(w.budget, w.gpus * w.min_runtime_s)
 
@@ -455,8 +457,10 @@ class Cycle:
         if self.held_back:
             # Some victim keeps its GPUs through its grace: ``w`` starts at a later
             # cycle, when they are released (it is committed now, as if started,
-            # so its allocation does not take a second round of victims).
+            # so its allocation does not take a second round of victims), on the
+            # plan's hosts, sealed for it meanwhile.
             self.held_back = False
+            self.hold_for(w, plan.hosts)
             if self.trace is not None:
                 self.trace[w.id] = Outcome("blocked", "victims_stopping",
                                            victims=tuple(victim_ids))
@@ -466,6 +470,26 @@ class Cycle:
         if freed > w.gpus:
             self.leftover = True
         return True
+
+    def hold_for(self, w: Workload, hosts: list[str]) -> None:
+        """Seal ``hosts`` for ``w`` while its victims stop (a reservation due at once).
+
+        A plan counts on free GPUs too: left open while the victims stop, they
+        went to other work, and at the release ``w`` no longer fit and stopped a
+        second set of victims, whose GPUs the next one took, and so on (under a
+        300 s grace the 4-day ai2-month preempted 17,211 times against 1,917).
+        Sealed, the hosts take nobody else until ``w`` starts (``start_due``
+        serves it first once its victims have stopped). Hosts held for another
+        workload's reservation (``w`` backfilling there) are left to it.
+        """
+        book = self.book
+        if book.holds(w.id) is not None or w.id in book.due:
+            book.release(w)  # (replaced by this one)
+        mine = tuple(sorted(h for h in hosts if self.capacity.holder(h) in (None, w.id)))
+        if mine:
+            book.seal(w.id, mine)
+            self.sealed.add(w.id)
+            self.emit.reserved(w.id, mine, self.now)
 
     def balanced_set(self, w: Workload, plan: Plan) -> bool:
         """Under the balanced reclaim: does the plan's take from each side keep its test?

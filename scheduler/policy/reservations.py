@@ -351,6 +351,18 @@ class Book:
         self.standing[w.id] = r
         return r
 
+    def seal(self, wid: str, hosts: tuple[str, ...]) -> None:
+        """Hold ``hosts`` for ``wid`` alone from now on: a reservation due at once.
+
+        Under a grace a preemptor waits for its victims to stop; the hosts of its
+        plan (their free GPUs too) are sealed for it until it starts, as a due
+        reservation's are, or work started there meanwhile leaves it to stop
+        another set of victims (``Cycle.hold_for``).
+        """
+        self.due[wid] = Reservation(wid, hosts, self.now, self.now)
+        for h in hosts:
+            self.capacity.reserve(h, _SEALED, wid)
+
     def release(self, w: Workload) -> None:
         """``w`` started (or its due reservation is over): its hosts and its slot are free again."""
         r = self.standing.pop(w.id, None)
