@@ -43,6 +43,7 @@ from projections.cluster import FAILED
 from projections.workloads import Workload
 from scheduler.emit import Emitter
 from scheduler.index.fair_share_order import Ranking, commitments, fair_share_time
+from scheduler.index.sole_leaf import sole_leaf_frees
 from scheduler.policy.guarantee import Guarantees, protection_end
 from scheduler.policy.placement import NEVER, Capacity
 from scheduler.policy.reservations import Book, Frees, Reservation, ready_times, size_class
@@ -611,7 +612,8 @@ class Cycle:
                     self.book.plan(w, {})  # what a plan reaching too few hosts does: the slot back
                     continue
             ready = ready_times(w, self.capacity, self.frees, self.rule(w, planning=True),
-                                self.gone, self.now)
+                                self.gone, self.now,
+                                sole_leaf_frees(self.state.memos, self.frees))
             r = self.book.plan(w, ready, at_once=self.balanced)
             if r is not None:
                 self.emit.reserved(w.id, r.hosts, r.until)
@@ -1046,6 +1048,7 @@ class Cycle:
     def victims(self) -> VictimIndex:
         if self._victims is None:
             self._victims = VictimIndex.for_cycle(self.state, self.gone)
+            self._victims.memos = self.state.memos
         return self._victims
 
     def start(self, w: Workload, hosts: list[str], victims: tuple[str, ...] = (),

@@ -45,10 +45,11 @@ import msgspec
 from scheduler.policy.placement import NEVER
 
 if TYPE_CHECKING:
-    from collections.abc import Container
+    from collections.abc import Container, Iterable
 
     from projections.cluster import Host
     from projections.workloads import Workload
+    from scheduler.index.sole_leaf import SoleLeafFrees
     from scheduler.policy.placement import Capacity
     from scheduler.policy.rules import BudgetRule
     from scheduler.state import State
@@ -206,7 +207,8 @@ def _listed(frees: FreeList, on: dict[str, tuple[str, ...]], name: str,
 
 
 def ready_times(w: Workload, capacity: Capacity, frees: Frees, rule: BudgetRule,
-                gone: Container[str], now: int) -> dict[str, int]:
+                gone: Container[str], now: int, sole: SoleLeafFrees | None = None
+                ) -> dict[str, int]:
     """Per healthy host not held for another workload, when ``w`` could have its GPUs there.
 
     Work ``w`` may take (``rule``) counts as gone when its protection ends (now,
@@ -229,15 +231,32 @@ def ready_times(w: Workload, capacity: Capacity, frees: Frees, rule: BudgetRule,
     the work listed there, and its walk stops at the first it may not. (Most
     plans reach too few hosts, so most walks end so; the rule is asked only
     about the work before the stop.)
+
+    With ``sole`` (an accelerator, scheduler/index/sole_leaf.py), a rule kept
+    to its own leaf (``Rule.own_leaf``) planning whole hosts while nothing has
+    stopped in this cycle walks only the hosts free enough and those holding no
+    other leaf's allocated work: ``spare`` is never above zero there, so every
+    other host stops at its first such workload, unreached. The answer is the
+    same, in the same order.
     """
     need = w.gpus_per_host
     wid_self = w.id
     reserved = capacity.reserved
     per_host = frees.per_host
+    free_of = capacity.free
     out: dict[str, int] = {}
     takes: dict[str, bool] = {}  # the rule's answer per gang (on many hosts: asked once)
     ok: bool | None
-    for name, free in capacity.free.items():
+    own = rule.own_leaf
+    names: Iterable[str] = free_of
+    narrowed = sole is not None and own is not None and not gone and need >= capacity.max_gpus
+    if narrowed and sole is not None and own is not None:
+        by_free = capacity.by_free
+        fitting = [h for f in range(need, capacity.max_gpus + 1) for h in by_free[f]]
+        # (A host the frees list but capacity does not is out of service: skipped, as below.)
+        names = dict.fromkeys([*fitting, *(h for h in sole.hosts(own) if h in free_of)])
+    for name in names:
+        free = free_of[name]
         if reserved:
             held = reserved.get(name)
             if held is not None and held[1] != wid_self:
@@ -266,6 +285,8 @@ def ready_times(w: Workload, capacity: Capacity, frees: Frees, rule: BudgetRule,
                 spare -= g
                 if spare < 0:
                     break
+    if narrowed and len(out) > 1:
+        out = {h: out[h] for h in free_of if h in out}  # (the full walk's order)
     return out
 
 

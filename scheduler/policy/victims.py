@@ -39,10 +39,12 @@ from itertools import combinations, count
 from typing import TYPE_CHECKING, Any
 
 from projections.workloads import Workload
+from scheduler.index.sole_leaf import sole_leaf_victims
 from scheduler.policy.placement import pack
 from scheduler.policy.rules import Rule
 
 if TYPE_CHECKING:
+    from scheduler.memos import Memos
     from scheduler.policy.placement import Capacity
     from scheduler.state import State
 
@@ -244,8 +246,8 @@ class VictimIndex:
     __slots__ = ("_base", "_cands", "_cands_at", "_cands_of", "_ids", "_light", "_mins",
                  "_mins_costs", "_on_host", "_placed", "_protected", "_shared", "_usable",
                  "_victims", "by_node", "by_priority", "exact_fail", "fail_hosts", "fail_kind", "gone",
-                 "lineage", "paths", "running_version", "serial", "size", "unallocated_gpus",
-                 "victim_gpus")
+                 "lineage", "memos", "paths", "running_version", "serial", "size",
+                 "unallocated_gpus", "victim_gpus")
 
     def __init__(self) -> None:
         self.victim_gpus: dict[str, int] = {}  # upper bound on what preemption can free per host
@@ -297,6 +299,9 @@ class VictimIndex:
         # same world but fewer protections ended): serial -> the hosts of the
         # victims this build has and that one had not. See ``recheck``.
         self.lineage: dict[int, frozenset[str]] = {}
+        # The state's memos, given by the cycle: ``_ready`` keeps its accelerator
+        # there (scheduler/index/sole_leaf.py); None: every host is walked.
+        self.memos: Memos | None = None
 
     @classmethod
     def build(cls, state: State) -> tuple[VictimIndex, int]:
@@ -878,23 +883,33 @@ class VictimIndex:
         bound = self.victim_gpus
         gone = self.gone
         anyone_gone = bool(gone)  # (mostly not: then no set lookup per victim)
-        for least, h, victims in self.light:
-            if least > span:
-                break  # nothing here or further on is the rule's to take
-            have = free[h]
-            if (have >= per_host or per_host - have > bound.get(h, 0)
-                    or (barred is not None and h in barred)):
-                continue  # (counted above; not even all its victims would do; or barred)
-            for v in victims:
-                if (v.span <= span and not (anyone_gone and v.w.id in gone)
-                        and eligible.reason(v.w) is not None):
-                    have += _gpus_on(v, h)
-                    if have >= per_host:
-                        break
-            if have >= per_host:
-                ready.append(h)
-                if len(ready) >= hosts:
-                    break
+        # A rule kept to its own leaf readies a whole host only where every other
+        # piece of work is its to take: with nobody gone, only the hosts of
+        # ``sole_leaf`` (scheduler/index/sole_leaf.py) can pass; the walk of each is
+        # the same. (Whole hosts: ``per_host`` at least any host's GPUs.)
+        own = eligible.own_leaf
+        scans: tuple[list[Light], ...] = (self.light,)
+        if (own is not None and self.memos is not None and not anyone_gone
+                and per_host >= capacity.max_gpus):
+            scans = sole_leaf_victims(self.memos, self.on_host, self.light).lights(own)
+        for scan in scans:
+            for least, h, victims in scan:
+                if least > span:
+                    break  # nothing here or further on (in this list) is the rule's to take
+                have = free[h]
+                if (have >= per_host or per_host - have > bound.get(h, 0)
+                        or (barred is not None and h in barred)):
+                    continue  # (counted above; not even all its victims would do; or barred)
+                for v in victims:
+                    if (v.span <= span and not (anyone_gone and v.w.id in gone)
+                            and eligible.reason(v.w) is not None):
+                        have += _gpus_on(v, h)
+                        if have >= per_host:
+                            break
+                if have >= per_host:
+                    ready.append(h)
+                    if len(ready) >= hosts:
+                        return ready
         return ready
 
     def _candidates(self, capacity: Capacity, per_host: int) -> list[str]:

@@ -1,0 +1,106 @@
+"""Hosts by the one leaf whose allocated work they hold: where a rule kept to its own leaf can find whole hosts.
+
+A reservation plan (``reservations.ready_times``) or a victim search's
+feasibility walk (``VictimIndex._ready``) for whole hosts (GPUs per host at
+least any host's) readies a host only if the candidate may take every piece
+of work there: nothing it may not take can be left on a host it needs whole.
+A rule that takes no allocated work of another leaf (``Rule.own_leaf``: no
+due reservation, and reclaiming from nobody, which is most candidates of a
+busy cluster) can therefore ready only hosts whose allocated work is all of
+its own leaf, or that hold none; the walk of any other host fails at its
+first other-leaf workload. These indexes list the hosts that way, so that
+those walks visit only hosts that can pass; the walk of each is unchanged.
+Hosts in no list (work of several leaves) pass for no such rule.
+
+Key: the object each was built from (``SoleLeafFrees``: a ``Frees``;
+``SoleLeafVictims``: a victim index's ``on_host``), held and compared by
+identity; lapse: another object (then it is built again: once per running
+set). Kept in the state's memos (``Memos.sole_leaf_frees`` and
+``sole_leaf_victims``), so ``Engine(memo=False)`` builds them afresh per input;
+tests/test_core_sole_leaf.py compares decisions with and without them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scheduler.memos import Memos
+    from scheduler.policy.reservations import Frees
+    from scheduler.policy.victims import Light, Victim
+
+# The category of hosts holding no allocated work at all (only unallocated work).
+NO_LEAF = ""
+
+
+class SoleLeafFrees:
+    """Per leaf, the hosts whose listed allocated work (``Frees.per_host``) is all of that leaf."""
+
+    __slots__ = ("by_leaf", "source")
+
+    def __init__(self, source: Frees) -> None:
+        self.source = source
+        by_leaf: dict[str, list[str]] = {}
+        for name, (_, here) in source.per_host.items():
+            leaf: str | None = NO_LEAF
+            for _, g, _, other in here:
+                if g > 0 and other.allocated:
+                    if leaf == NO_LEAF:
+                        leaf = other.budget
+                    elif leaf != other.budget:
+                        leaf = None  # several leaves: no such rule readies it
+                        break
+            if leaf is not None:
+                by_leaf.setdefault(leaf, []).append(name)
+        self.by_leaf = by_leaf
+
+    def hosts(self, leaf: str) -> list[str]:
+        """The hosts a rule kept to ``leaf`` might ready (those with no allocated work first)."""
+        return [*self.by_leaf.get(NO_LEAF, ()), *self.by_leaf.get(leaf, ())]
+
+
+class SoleLeafVictims:
+    """Per leaf, the hosts (``VictimIndex.light`` entries, in its order) whose allocated victims are all of it."""
+
+    __slots__ = ("by_leaf", "source")
+
+    def __init__(self, source: dict[str, list[Victim]], light: list[Light]) -> None:
+        self.source = source
+        by_leaf: dict[str, list[Light]] = {}
+        for entry in light:
+            leaf: str | None = NO_LEAF
+            for v in entry[2]:
+                w = v.w
+                if w.allocated:
+                    if leaf == NO_LEAF:
+                        leaf = w.budget
+                    elif leaf != w.budget:
+                        leaf = None
+                        break
+            if leaf is not None:
+                by_leaf.setdefault(leaf, []).append(entry)
+        self.by_leaf = by_leaf
+
+    def lights(self, leaf: str) -> tuple[list[Light], list[Light]]:
+        """The entries a rule kept to ``leaf`` might ready: those with no allocated victim, and its own."""
+        return self.by_leaf.get(NO_LEAF, []), self.by_leaf.get(leaf, [])
+
+
+def sole_leaf_frees(memos: Memos, frees: Frees) -> SoleLeafFrees:
+    """The index of ``frees``: the memoised one while it was built from ``frees``, else a new one."""
+    cached = memos.sole_leaf_frees
+    if cached is None or cached.source is not frees:
+        cached = memos.sole_leaf_frees = SoleLeafFrees(frees)
+    return cached
+
+
+def sole_leaf_victims(memos: Memos, on_host: dict[str, list[Victim]],
+                      light: list[Light]) -> SoleLeafVictims:
+    """The index of a victim index's ``on_host`` (and its ``light``), memoised the same way."""
+    cached = memos.sole_leaf_victims
+    if cached is None or cached.source is not on_host:
+        cached = memos.sole_leaf_victims = SoleLeafVictims(on_host, light)
+    return cached
+
+
+__all__ = ["NO_LEAF", "SoleLeafFrees", "SoleLeafVictims", "sole_leaf_frees", "sole_leaf_victims"]
