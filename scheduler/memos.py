@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from events import PolicyConfigured
     from scheduler.index.fair_share_order import FairShareBase, _Shape
+    from scheduler.index.sole_leaf import SoleLeafFrees, SoleLeafVictims
     from scheduler.policy.cycle import _CarriedSums
     from scheduler.policy.guarantee import GuaranteeShape
     from scheduler.policy.reservations import HostFreeTimes
-    from scheduler.policy.victims import VictimIndex
+    from scheduler.policy.victims import HostBySpan, VictimIndex
 
 # The world failed searches were recorded in: running set, host health, GPUs present,
 # budget tree, fair-share time, policy.
@@ -35,7 +36,8 @@ class Memos:
     """The accelerators' carried values of one cluster's state (see the module docstring)."""
 
     __slots__ = ("active", "baseline_held", "failures", "fair_share", "fair_share_shape",
-                 "frees", "guarantee_shape", "siblings", "victims")
+                 "frees", "guarantee_shape", "siblings", "sole_leaf_frees", "sole_leaf_victims",
+                 "victims")
 
     def __init__(self) -> None:
         # Each leaf with pending work and its count of active ancestors (``Ranking.activate``).
@@ -62,6 +64,11 @@ class Memos:
         # Sibling sums of victims by usage per share (``Cycle._siblings``). Key: the
         # objects they were summed from (usage, victim counts, tree); lapse: another object.
         self.siblings: _CarriedSums | None = None
+        # Hosts by the one leaf whose allocated work they hold (scheduler/index/sole_leaf.py),
+        # of the frees and of the victim index. Key: the ``HostFreeTimes`` object, the index's
+        # ``on_host`` object; lapse: another object.
+        self.sole_leaf_frees: SoleLeafFrees | None = None
+        self.sole_leaf_victims: SoleLeafVictims[HostBySpan] | None = None
         # The victim index: (key (running set, health, budget versions), built at, next
         # protection end, index). Lapse: the key changes, or time reaches the next end
         # (then it is advanced from the old one where it can be).
@@ -78,6 +85,8 @@ class Memos:
         self.frees = None
         self.guarantee_shape = None
         self.siblings = None
+        self.sole_leaf_frees = None
+        self.sole_leaf_victims = None
         self.victims = None
 
 

@@ -36,7 +36,9 @@ def _victim_preempted(grace: int = GRACE, **submit: Any) -> Sim:
     s.submit("v", "lab/b", 8, 0, resumable=True, **submit)
     assert s.tick() == [started("v", [("h0", 8)], False, 0)]
     s.at(10).submit("p", "lab/a", 8, 60)
-    assert s.tick() == [preempted("v", "reclaim_unallocated", "p", True)]
+    # h0 is sealed for p while v stops (a reservation due at once: nobody else goes there).
+    assert s.tick() == [preempted("v", "reclaim_unallocated", "p", True),
+                        ("reserved", "p", ("h0",), 10)]
     return s
 
 
@@ -138,7 +140,8 @@ def test_each_host_of_a_gang_frees_its_own_gpus():
     s.submit("v", "lab/b", 16, 0, hosts=2, resumable=True)
     assert s.tick()[0][:2] == ("started", "v")
     s.at(10).submit("p", "lab/a", 16, 60, hosts=2)
-    assert s.tick() == [preempted("v", "reclaim_unallocated", "p", True)]
+    assert s.tick() == [preempted("v", "reclaim_unallocated", "p", True),
+                        ("reserved", "p", ("h0", "h1"), 10)]
     assert _host_stopped(s, "v", 1, "h0") == []
     hosts = s.state.cluster_state.hosts
     assert (hosts["h0"].free, hosts["h1"].free) == (8, 0)
@@ -160,3 +163,52 @@ def test_a_late_finish_of_an_earlier_run_does_not_end_the_new_run():
     assert s.status("v") == "running"
     assert s.finish("v", run_number=2) == []
     assert s.status("v") == "succeeded"
+
+
+def test_the_gpus_a_preemption_frees_go_to_its_preemptor_and_it_preempts_once():
+    """Under a grace the victims' GPUs are held for the workload that stopped them.
+
+    ``p`` (lab/a) stops ``v0``; while ``v0`` stops, ``q`` (lab/b, ranked before
+    lab/a) stops ``v1``. When ``v0``'s GPUs come back they are ``p``'s: ``q``, still
+    waiting for its own victim, does not take them, and ``p`` takes no second
+    victim (``v2`` runs on). Then ``v1``'s GPUs go to ``q``.
+    """
+    s = Sim(hosts=3, preemption_grace_s=GRACE)
+    s.run_history("lab/a", 8, 3_600)  # lab/a has used more: lab/b ranks first
+    t0 = s.now
+    for i in range(3):
+        s.submit(f"v{i}", "lab/b", 8, 0, resumable=True)
+    assert len(s.tick()) == 3
+    s.at(t0 + 10).submit("p", "lab/a", 8, 60)
+    assert s.tick() == [preempted("v0", "reclaim_unallocated", "p", True),
+                        ("reserved", "p", ("h0",), t0 + 10)]
+    s.at(t0 + 20).submit("q", "lab/b", 8, 60)
+    assert s.tick() == [preempted("v1", "reclaim_unallocated", "q", True),
+                        ("reserved", "q", ("h1",), t0 + 20)]
+    assert s.tick(t0 + 10 + GRACE) == [started("p", [("h0", 8)], True, t0 + 10 + GRACE + 60)]
+    assert s.tick(t0 + 20 + GRACE) == [started("q", [("h1", 8)], True, t0 + 20 + GRACE + 60)]
+    assert s.status("v2") == "running"
+    preemptions = [e for e in s.journal if type(e).__name__ == "WorkloadPreempted"]
+    assert [(e.workload, e.by) for e in preemptions] == [("v0", "p"), ("v1", "q")]
+
+
+def test_the_free_gpus_a_waiting_preemptor_counts_on_are_sealed_for_it():
+    """A plan on free GPUs and a stopping victim: the free ones wait for the preemptor too.
+
+    ``p`` needs two hosts: h0 is free, h1 runs ``v``. Left open while ``v`` stops,
+    h0 went to unallocated ``u``; at ``v``'s stop ``p`` no longer fit, stopped
+    ``u``, and ``v`` restarted on h1: each stop was answered by another.
+    """
+    s = Sim(hosts=2, preemption_grace_s=GRACE)
+    s.submit("v", "lab/b", 8, 0, resumable=True)
+    assert s.tick()[0][:2] == ("started", "v")
+    s.at(10).submit("p", "lab/a", 16, 60, hosts=2)
+    s.submit("u", "lab/b", 8, 0, resumable=True)
+    assert s.tick() == [preempted("v", "reclaim_unallocated", "p", True),
+                        ("reserved", "p", ("h0", "h1"), 10)]
+    assert _stopped(s, "v", 1) == []
+    assert s.tick(11) == [started("p", [("h0", 8), ("h1", 8)], True, 71)]
+    for t in (12, 10 + GRACE, 20 + GRACE):
+        assert s.tick(t) == [], t
+    preemptions = [e for e in s.journal if type(e).__name__ == "WorkloadPreempted"]
+    assert [(e.workload, e.by) for e in preemptions] == [("v", "p")]

@@ -236,8 +236,8 @@ def test_ready_times_stops_early_but_answers_as_the_plain_walk(name, days, monke
     calls: list[int] = []
     wrong: list[str] = []
 
-    def compared(w, capacity, frees, rule, gone, now):  # type: ignore[no-untyped-def]
-        out = real(w, capacity, frees, rule, gone, now)
+    def compared(w, capacity, frees, rule, gone, now, sole=None):  # type: ignore[no-untyped-def]
+        out = real(w, capacity, frees, rule, gone, now, sole)  # (narrowed by sole: the same too)
         calls.append(len(out))
         if list(out.items()) != list(_plain_ready_times(w, capacity, frees, rule, gone, now).items()):
             wrong.append(w.id)

@@ -92,6 +92,11 @@ class Capacity:
         if current is not None and current[1] == holder:
             del self.reserved[host]
 
+    def holder(self, host: str) -> str | None:
+        """Who holds ``host``, if anyone."""
+        r = self.reserved.get(host)
+        return None if r is None else r[1]
+
     # -- queries --------------------------------------------------------------------
 
     def allowed(self, host: str, ends_by: int, who: str = "") -> bool:

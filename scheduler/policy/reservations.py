@@ -45,10 +45,11 @@ import msgspec
 from scheduler.policy.placement import NEVER
 
 if TYPE_CHECKING:
-    from collections.abc import Container
+    from collections.abc import Container, Iterable
 
     from projections.cluster import Host
     from projections.workloads import Workload
+    from scheduler.index.sole_leaf import SoleLeafFrees
     from scheduler.policy.placement import Capacity
     from scheduler.policy.rules import BudgetRule
     from scheduler.state import State
@@ -201,8 +202,22 @@ def _listed(frees: FreeList, on: dict[str, tuple[str, ...]], name: str,
     return total
 
 
+def _hosts_to_walk(need: int, capacity: Capacity, rule: BudgetRule, stopped_now: Container[str],
+                   sole: SoleLeafFrees | None) -> tuple[Iterable[str], bool]:
+    """The hosts ``ready_times`` walks, and whether the sole-leaf index narrowed them."""
+    own = rule.own_leaf
+    free_of = capacity.free
+    if sole is None or own is None or stopped_now or need < capacity.max_gpus:
+        return free_of, False
+    by_free = capacity.by_free
+    fitting = [h for f in range(need, capacity.max_gpus + 1) for h in by_free[f]]
+    # (A host the frees list but capacity does not is out of service: skipped, as below.)
+    return dict.fromkeys([*fitting, *(h for h in sole.hosts(own) if h in free_of)]), True
+
+
 def ready_times(w: Workload, capacity: Capacity, frees: HostFreeTimes, rule: BudgetRule,
-                stopped_now: Container[str], now: int) -> dict[str, int]:
+                stopped_now: Container[str], now: int, sole: SoleLeafFrees | None = None
+                ) -> dict[str, int]:
     """Per healthy host not held for another workload, when ``w`` could have its GPUs there.
 
     Work ``w`` may take (``rule``) counts as stopped when its protection ends (now,
@@ -225,15 +240,25 @@ def ready_times(w: Workload, capacity: Capacity, frees: HostFreeTimes, rule: Bud
     the work listed there, and its walk stops at the first it may not. (Most
     plans reach too few hosts, so most walks end so; the rule is asked only
     about the work before the stop.)
+
+    With ``sole`` (an accelerator, scheduler/index/sole_leaf.py), a rule kept
+    to its own leaf (``Rule.own_leaf``) planning whole hosts while nothing has
+    stopped in this cycle walks only the hosts free enough and those holding no
+    other leaf's allocated work: ``spare`` is never above zero there, so every
+    other host stops at its first such workload, unreached. The answer is the
+    same, in the same order.
     """
     need = w.gpus_per_host
     wid_self = w.id
     reserved = capacity.reserved
     per_host = frees.per_host
+    free_of = capacity.free
     out: dict[str, int] = {}
     takes: dict[str, bool] = {}  # the rule's answer per gang (on many hosts: asked once)
     ok: bool | None
-    for name, free in capacity.free.items():
+    names, narrowed = _hosts_to_walk(need, capacity, rule, stopped_now, sole)
+    for name in names:
+        free = free_of[name]
         if reserved:
             held = reserved.get(name)
             if held is not None and held[1] != wid_self:
@@ -262,6 +287,8 @@ def ready_times(w: Workload, capacity: Capacity, frees: HostFreeTimes, rule: Bud
                 spare -= g
                 if spare < 0:
                     break
+    if narrowed and len(out) > 1:
+        out = {h: out[h] for h in free_of if h in out}  # (the full walk's order)
     return out
 
 
@@ -346,6 +373,18 @@ class ReservationBook:
             self.capacity.reserve(h, r.until, w.id)
         self.standing[w.id] = r
         return r
+
+    def seal(self, wid: str, hosts: tuple[str, ...]) -> None:
+        """Hold ``hosts`` for ``wid`` alone from now on: a reservation due at once.
+
+        Under a grace a preemptor waits for its victims to stop; the hosts of its
+        plan (their free GPUs too) are sealed for it until it starts, as a due
+        reservation's are, or work started there meanwhile leaves it to stop
+        another set of victims (``Cycle.hold_for``).
+        """
+        self.due[wid] = Reservation(wid, hosts, self.now, self.now)
+        for h in hosts:
+            self.capacity.reserve(h, _SEALED, wid)
 
     def release(self, w: Workload) -> None:
         """``w`` started (or its due reservation is over): its hosts and its slot are free again."""

@@ -81,13 +81,17 @@ class Rule:
 
     ``span`` says that it never takes allocated work placed on more hosts than
     that, whatever else holds (``ANY_SPAN``: no such limit): the victim search
-    skips such work without asking. Calling a rule asks ``reason``.
+    skips such work without asking. ``own_leaf``, when not None, says that it
+    takes no allocated work of any other leaf than that one (walks for whole
+    hosts then visit only hosts that hold no other leaf's work:
+    scheduler/index/sole_leaf.py). Calling a rule asks ``reason``.
     """
 
-    __slots__ = ("span",)
+    __slots__ = ("own_leaf", "span")
 
-    def __init__(self, span: int) -> None:
+    def __init__(self, span: int, own_leaf: str | None = None) -> None:
         self.span = span
+        self.own_leaf = own_leaf
 
     def reason(self, v: Workload) -> str | None:
         raise NotImplementedError
@@ -163,7 +167,11 @@ class BudgetRule(Rule):
                                                          candidate.gpus_per_host)
         else:
             reclaiming = guarantees.may_reclaim(candidate.budget, candidate.gpus)
-        super().__init__(candidate.hosts if due is None and not reclaiming else ANY_SPAN)
+        # Reclaiming from nobody, without a due reservation, it takes no other
+        # leaf's allocated work (``reason``: only reclaim and the due reservation do).
+        super().__init__(candidate.hosts if due is None and not reclaiming else ANY_SPAN,
+                         candidate.budget if (due is None and guarantees is not None
+                                              and not reclaiming) else None)
         self.ranking = ranking
         self.budget = candidate.budget
         self.priority = candidate.priority

@@ -43,6 +43,7 @@ from scheduler.policy.placement import pack
 from scheduler.policy.rules import Rule
 
 if TYPE_CHECKING:
+    from scheduler.index.sole_leaf import SoleLeafVictims
     from scheduler.policy.placement import Capacity
     from scheduler.state import State
 
@@ -179,6 +180,10 @@ class Victim:
 # hosts are unique, so entries compare by their first two fields.
 HostBySpan = tuple[int, str, list[Victim]]
 
+# The sole-leaf index of a victim index's hosts: (its ``on_host``, its ``hosts_by_span``)
+# -> the index (``VictimIndex.sole_leaf``).
+SoleLeafLookup = Callable[[dict[str, list[Victim]], list[HostBySpan]], "SoleLeafVictims[HostBySpan]"]
+
 
 def _least(victims: list[Victim]) -> int:
     least = victims[0].span
@@ -250,6 +255,7 @@ class VictimIndex:
         "paths",
         "running_version",
         "size",
+        "sole_leaf",
         "stopped_now",
         "unallocated_gpus",
         "victim_gpus",
@@ -305,6 +311,9 @@ class VictimIndex:
         # same world but fewer protections ended): build_id -> the hosts of the
         # victims this build has and that one had not. See ``recheck``.
         self.earlier_builds: dict[int, frozenset[str]] = {}
+        # Given by the cycle: the sole-leaf index of this index's hosts (an accelerator,
+        # scheduler/index/sole_leaf.py, kept in the state's memos); None: every host is walked.
+        self.sole_leaf: SoleLeafLookup | None = None
 
     @classmethod
     def build(cls, state: State) -> tuple[VictimIndex, int]:
@@ -886,23 +895,33 @@ class VictimIndex:
         bound = self.victim_gpus
         stopped_now = self.stopped_now
         anyone_gone = bool(stopped_now)  # (mostly not: then no set lookup per victim)
-        for least, h, victims in self.hosts_by_span:
-            if least > span:
-                break  # nothing here or further on is the rule's to take
-            have = free[h]
-            if (have >= per_host or per_host - have > bound.get(h, 0)
-                    or (barred is not None and h in barred)):
-                continue  # (counted above; not even all its victims would do; or barred)
-            for v in victims:
-                if (v.span <= span and not (anyone_gone and v.w.id in stopped_now)
-                        and eligible.reason(v.w) is not None):
-                    have += _gpus_on(v, h)
-                    if have >= per_host:
-                        break
-            if have >= per_host:
-                ready.append(h)
-                if len(ready) >= hosts:
-                    break
+        # A rule kept to its own leaf readies a whole host only where every other
+        # piece of work is its to take: with nobody stopped_now, only the hosts of
+        # ``sole_leaf`` (scheduler/index/sole_leaf.py) can pass; the walk of each is
+        # the same. (Whole hosts: ``per_host`` at least any host's GPUs.)
+        own = eligible.own_leaf
+        scans: tuple[list[HostBySpan], ...] = (self.hosts_by_span,)
+        if (own is not None and self.sole_leaf is not None and not anyone_gone
+                and per_host >= capacity.max_gpus):
+            scans = self.sole_leaf(self.on_host, self.hosts_by_span).lights(own)
+        for scan in scans:
+            for least, h, victims in scan:
+                if least > span:
+                    break  # nothing here or further on (in this list) is the rule's to take
+                have = free[h]
+                if (have >= per_host or per_host - have > bound.get(h, 0)
+                        or (barred is not None and h in barred)):
+                    continue  # (counted above; not even all its victims would do; or barred)
+                for v in victims:
+                    if (v.span <= span and not (anyone_gone and v.w.id in stopped_now)
+                            and eligible.reason(v.w) is not None):
+                        have += _gpus_on(v, h)
+                        if have >= per_host:
+                            break
+                if have >= per_host:
+                    ready.append(h)
+                    if len(ready) >= hosts:
+                        return ready
         return ready
 
     def _candidates(self, capacity: Capacity, per_host: int) -> list[str]:
