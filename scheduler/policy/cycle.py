@@ -63,6 +63,7 @@ from scheduler.policy.victims import (
     CostModel,
     HostBySpan,
     Plan,
+    SoleLeafLookup,
     Victim,
     VictimIndex,
     checkpoint_rule,
@@ -1069,17 +1070,10 @@ class Cycle:
         memos.sole_leaf_frees = index = sole_leaf_frees(memos.sole_leaf_frees, self.frees)
         return index
 
-    def _sole_leaf_victims(self, on_host: dict[str, list[Victim]],
-                           by_span: list[HostBySpan]) -> SoleLeafVictims[HostBySpan]:
-        """The sole-leaf index of a victim index's hosts, kept in the state's memos."""
-        memos = self.state.memos
-        memos.sole_leaf_victims = index = sole_leaf_victims(memos.sole_leaf_victims, on_host, by_span)
-        return index
-
     def victims(self) -> VictimIndex:
         if self._victims is None:
             self._victims = VictimIndex.for_cycle(self.state, self.stopped_now)
-            self._victims.sole_leaf = self._sole_leaf_victims
+            self._victims.sole_leaf = _sole_leaf_lookup(self.state)
         return self._victims
 
     def start(self, w: Workload, hosts: list[str], victims: tuple[str, ...] = (),
@@ -1147,3 +1141,20 @@ def _next_shorter(queue: list[tuple[tuple[int, int, int, str], Workload]], i: in
 
 
 __all__ = ["Cycle", "Outcome", "Reservation", "decide", "drain"]
+
+
+def _sole_leaf_lookup(state: State) -> SoleLeafLookup:
+    """The sole-leaf index of a victim index's hosts, kept in the state's memos.
+
+    A closure over the state alone: the victim index outlives its cycle (it is memoised),
+    so what it holds must not keep the cycle's objects alive.
+    """
+
+    def lookup(on_host: dict[str, list[Victim]], by_span: list[HostBySpan]
+               ) -> SoleLeafVictims[HostBySpan]:
+        memos = state.memos
+        memos.sole_leaf_victims = index = sole_leaf_victims(memos.sole_leaf_victims, on_host,
+                                                            by_span)
+        return index
+
+    return lookup
