@@ -74,6 +74,7 @@ MODULES: tuple[str, ...] = (
     "scheduler/policy/rules.py",
     "scheduler/policy/victims.py",
     "scheduler/index/fair_share_order.py",
+    "scheduler/index/host_free_times.py",
     "scheduler/index/sole_leaf.py",
 )
 # Sources the compiled code was checked against: a change to any of them makes a build stale.

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from events import PolicyConfigured
     from scheduler.index.fair_share_order import FairShareBase, _Shape
+    from scheduler.index.host_free_times import HostFreeTimes
     from scheduler.index.sole_leaf import SoleLeafFrees, SoleLeafVictims
     from scheduler.policy.cycle import _CarriedSums
     from scheduler.policy.guarantee import GuaranteeShape
-    from scheduler.policy.reservations import HostFreeTimes
     from scheduler.policy.victims import HostBySpan, VictimIndex
 
 # The world failed searches were recorded in: running set, host health, GPUs present,

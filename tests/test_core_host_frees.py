@@ -24,7 +24,8 @@ from sim_helpers import shipped_log
 
 from events import Slot, WorkloadPreempted, WorkloadStarted
 from events.factory import Inputs
-from scheduler.policy.reservations import HostFreeTimes, host_frees
+from scheduler.index.host_free_times import HostFreeTimes
+from scheduler.policy.reservations import host_frees
 from scheduler.state import State
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None)

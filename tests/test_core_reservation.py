@@ -11,9 +11,10 @@ from core_helpers import Sim, preempted, started
 from sim_helpers import shipped_log
 
 from projections.workloads import Workload
+from scheduler.index.host_free_times import HostFreeTimes
 from scheduler.policy import cycle as cycle_mod
 from scheduler.policy.placement import Capacity
-from scheduler.policy.reservations import HostFreeTimes, ready_times
+from scheduler.policy.reservations import ready_times
 from scheduler.policy.rules import ANY_SPAN, BudgetRule, Rule
 
 

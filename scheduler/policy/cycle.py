@@ -43,6 +43,7 @@ from projections.cluster import FAILED
 from projections.workloads import Workload
 from scheduler.emit import Emitter
 from scheduler.index.fair_share_order import Ranking, commitments, fair_share_time
+from scheduler.index.host_free_times import HostFreeTimes
 from scheduler.index.sole_leaf import (
     SoleLeafFrees,
     SoleLeafVictims,
@@ -52,7 +53,6 @@ from scheduler.index.sole_leaf import (
 from scheduler.policy.guarantee import Guarantees, protection_end
 from scheduler.policy.placement import NEVER, Capacity
 from scheduler.policy.reservations import (
-    HostFreeTimes,
     Reservation,
     ReservationBook,
     ready_times,
