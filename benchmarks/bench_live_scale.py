@@ -43,7 +43,8 @@ against a raw consume of the same journal on the same broker.
 figures of a profiled run are not the benchmark's.
 
 Usage: python -m benchmarks.bench_live_scale [--unsigned|--signed|--both] [--pending N]
-       [--rates R1,R2] [--seconds S] [--archive] [--profile] [--bootstrap HOST:PORT]
+       [--rates R1,R2] [--seconds S] [--archive] [--profile] [--set KEY=VALUE]
+       [--bootstrap HOST:PORT]
 """
 
 from __future__ import annotations
@@ -322,14 +323,15 @@ def latencies(f: Follower, sender: Sender, ids: list[str], wids: list[str],
 
 
 async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending: int, rates: list[int], seconds: float,
-                   finish_every: int, profile: Path | None) -> dict[str, Any]:
+                   finish_every: int, profile: Path | None,
+                   worker_settings: dict[str, Any] | None = None) -> dict[str, Any]:
     prefix = f"ls{'s' if signed else 'u'}{int(time.time())}."
     cluster = scenario_at(SCENARIO).cluster.id
     p_idx = partition_for(cluster, PARTITIONS)
     await ensure_topics(bootstrap, prefix, PARTITIONS)
     sig = Signing() if signed else None
     settings = settings_for(bootstrap, prefix, (cluster,), snapshot_every_records=0,
-                            **(sig.settings() if sig else {}))
+                            **(sig.settings() if sig else {}), **(worker_settings or {}))
     name = "scale-" + ("signed" if signed else "unsigned")
     w = WorkerProc(name, settings) if profile is None else ProfiledWorker(name, settings, profile)
     mem = Memory(w.proc.pid)
@@ -569,6 +571,17 @@ def show(name: str, r: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def worker_setting(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` of ``--set``: the value read as JSON (numbers, true/false), else a string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--set {text!r}: expected KEY=VALUE")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -588,11 +601,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--profile", action="store_true", help="run the worker under cProfile")
     ap.add_argument("--broker-records", type=int, default=50_000,
                     help="records of the same-run broker baseline (0: skip it)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a worker setting (streams.config), e.g. max_batch=2000 or "
+                         "cycle_in_batch=false; repeatable")
     ap.add_argument("--bootstrap")
     ap.add_argument("--json", action="store_true", help="print the results as JSON at the end")
     args = ap.parse_args(argv)
     modes = [False] if args.unsigned else [True] if args.signed else [False, True]
     rates = [int(x) for x in args.rates.split(",") if x]
+    worker_settings = dict(worker_setting(x) for x in args.set)
     print(f"machine: {machine()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     results: dict[str, Any] = {}
     with contextlib.ExitStack() as stack:
@@ -611,7 +628,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             prof = OUT / f"scale-{name}.prof" if args.profile else None
             t0 = time.perf_counter()
             r = asyncio.run(run_once(bs, broker_pid, signed, args.pending, rates, args.seconds,
-                                     args.finish_every, prof))
+                                     args.finish_every, prof, worker_settings))
             results[name] = r
             show(f"{name} ({time.perf_counter() - t0:.0f} s)", r)
         if args.archive:

@@ -121,6 +121,12 @@ class WorkerSettings:
     nudge: bool = _doc(
         "After journaling inputs that can change the schedule, publish an immediate signed "
         "tick (a nudge) instead of waiting up to a tick interval.", True)
+    cycle_in_batch: bool = _doc(
+        "With `nudge`: run the cycle at the end of the batch itself. The worker journals a "
+        "signed tick of its own (id `nudge:<cluster>:<inbox offset>:batch`) right after a "
+        "batch's schedule-changing inputs, in the same produce, instead of a nudge through "
+        "the inbox a broker round trip later. One cycle per cluster per batch; a cycle that "
+        "decided something is still followed by an inbox nudge.", True)
     max_batch: int = _doc(
         "Inbox records handled per journal produce (inputs and their decisions go out "
         "together, acks=all).", 500)

@@ -17,7 +17,9 @@ and the crash-safety argument in full):
    and their decisions is appended in order, acks=all, and awaited before the
    next batch; nothing is acknowledged to the group before that.
 3. **Time.** The ticker signs a tick per owned cluster per interval; after
-   inputs that may change the schedule a signed nudge follows at once.
+   inputs that may change the schedule the batch ends with a signed tick the
+   worker journals itself (``cycle_in_batch``), or a signed nudge through the
+   inbox follows at once.
 4. **Snapshots** every N records or T seconds, written in the background. At
    start-up the newest snapshot of every partition is restored while the group
    joins (``snapshots.Prefetcher``); a claim uses its partition's only if it
@@ -59,6 +61,7 @@ from events.limits import MAX_RECORD_BYTES
 from identity.journal_seal import HEADER_SEAL, SealCheck, seal, seal_records, trusted_keys
 from identity.keys import public_from_hex, public_of
 from scheduler import Engine
+from scheduler.admission import InputRefused
 from streams import logs, processor, snapshots, topics
 from streams.config import WorkerSettings, kafka_client_options
 from streams.journal import begin_offset, journal_record, read_until, reader
@@ -84,7 +87,7 @@ from streams.records import (
     topic,
 )
 from streams.signing import Keyring, signature_headers
-from streams.ticker import VirtualClock, make_tick, nudge_id
+from streams.ticker import VirtualClock, batch_cycle_id, make_tick, nudge_id
 
 # A nudge not seen back within this long is considered lost; another may be sent.
 NUDGE_TIMEOUT_S = 1.0
@@ -943,11 +946,15 @@ class Worker:
         dead_out: list[tuple[bytes, bytes]] = []
         nudge: dict[str, tuple[int, int]] = {}   # cluster -> (partition, triggering offset)
         journaled_inbox: dict[int, int] = {}
+        in_batch = self.settings.nudge and self.settings.cycle_in_batch
         for tp, msgs in batch.items():
             st = self.owned.get(tp.partition)
             if st is None or st.broken:
                 continue
             out = journal_out.setdefault(tp.partition, [])
+            # cluster -> inbox offset of the last input since its last cycle that may change
+            # the schedule: a cycle is due at the end of this partition's records.
+            due: dict[str, int] = {}
             for m in msgs:
                 if m.offset < st.next_offset:
                     continue
@@ -977,25 +984,17 @@ class Worker:
                         self.metrics.cycle_seconds.labels(ev.cluster).observe(
                             time.perf_counter() - t1)
                         st.nudges.pop(ev.cluster, None)
-                    out.append((ev.cluster, outcome.value,
-                                journal_headers(KIND_INPUT, st.token, m.offset)
-                                # The producer's signature stays with the exact bytes it signed,
-                                # so `allot audit verify` can re-check it later.
-                                + signature_headers(m.headers)))
-                    for d in outcome.derived:
-                        out.append((ev.cluster, encode(d), journal_headers(KIND_DECISION, st.token)))
+                        if ev.cycle:
+                            due.pop(ev.cluster, None)
+                    # The producer's signature stays with the exact bytes it signed,
+                    # so `allot audit verify` can re-check it later.
+                    self._journal(st, out, outcome, m.offset, signature_headers(m.headers))
                     journaled_inbox[tp.partition] = m.offset
-                    engine = st.engines.get(ev.cluster)
-                    if engine is not None:
-                        runs = self.state_api.runs
-                        runs.observe(ev, engine)
-                        for d in outcome.derived:
-                            runs.observe(d, engine)
-                    self._count(self.metrics.inputs, ev.cluster, type(ev))
-                    for d in outcome.derived:
-                        self._count(self.metrics.decisions, ev.cluster, type(d))
                     if self.settings.nudge and processor.changes_schedule(outcome):
-                        nudge[ev.cluster] = (tp.partition, m.offset)
+                        if in_batch and type(ev) is not ClockTicked:
+                            due[ev.cluster] = m.offset
+                        else:
+                            nudge[ev.cluster] = (tp.partition, m.offset)
                 elif isinstance(outcome, Dead):
                     dl = outcome.letter
                     dead_out.append((dl.id.encode(), encode_dead_letter(dl)))
@@ -1006,6 +1005,10 @@ class Worker:
                     self.metrics.duplicates.inc()
                     if type(outcome.event) is ClockTicked:
                         st.nudges.pop(outcome.event.cluster, None)
+            for cluster, offset in due.items():
+                cycled = self._cycle_in_batch(st, out, cluster, offset)
+                if cycled is not None and processor.changes_schedule(cycled):
+                    nudge[cluster] = (tp.partition, offset)
         await self._publish(journal_out, dead_out, journaled_inbox)
         now = time.monotonic()
         for cluster, (p, offset) in nudge.items():
@@ -1026,6 +1029,55 @@ class Worker:
         self.metrics.batch_seconds.observe(time.perf_counter() - t0)
         for st in self.owned.values():
             self._maybe_snapshot(st)
+
+    def _journal(self, st: PartitionState, out: list[tuple[str, bytes, list[tuple[str, bytes]]]],
+                 accepted: Accepted, inbox_offset: int | None,
+                 signature: list[tuple[str, bytes]]) -> None:
+        """Queue an accepted input and its decisions for the journal; note them (runs, metrics)."""
+        ev = accepted.event
+        out.append((ev.cluster, accepted.value,
+                    journal_headers(KIND_INPUT, st.token, inbox_offset) + signature))
+        for d in accepted.derived:
+            out.append((ev.cluster, encode(d), journal_headers(KIND_DECISION, st.token)))
+        engine = st.engines.get(ev.cluster)
+        if engine is not None:
+            runs = self.state_api.runs
+            runs.observe(ev, engine)
+            for d in accepted.derived:
+                runs.observe(d, engine)
+        self._count(self.metrics.inputs, ev.cluster, type(ev))
+        for d in accepted.derived:
+            self._count(self.metrics.decisions, ev.cluster, type(d))
+
+    def _cycle_in_batch(self, st: PartitionState,
+                        out: list[tuple[str, bytes, list[tuple[str, bytes]]]],
+                        cluster: str, offset: int) -> Accepted | None:
+        """Run ``cluster``'s cycle now: a signed tick of the worker's own, journaled after the batch.
+
+        The tick is the trusted clock's (signed with ``tick_key``, the ticker's
+        principal) and is journaled as an input with its signature, like a tick
+        read from the inbox, but without an inbox offset: the journal, not the
+        inbox, is what a replay reads. Its id comes from the trigger's inbox
+        offset, so handling the same records again derives the same tick.
+        """
+        engine = st.engines.get(cluster)
+        if engine is None:
+            return None
+        tick = make_tick(cluster, self.clock.now(cluster), self.settings.ticker_principal,
+                         self.key, event_id=batch_cycle_id(cluster, offset))
+        t0 = time.perf_counter()
+        try:
+            derived = processor.process_input(engine, tick.event)
+        except InputRefused as exc:   # (never for a well-formed tick of an owned cluster)
+            self.log.warning("cycle.refused", cluster=cluster, reason=exc.reason,
+                             detail=exc.detail)
+            return None
+        self.metrics.cycle_seconds.labels(cluster).observe(time.perf_counter() - t0)
+        if derived is None:
+            return None   # already taken (the same records handled again)
+        accepted = Accepted(event=tick.event, value=tick.value, derived=derived)
+        self._journal(st, out, accepted, None, tick.headers)
+        return accepted
 
     def _count(self, counter: Any, cluster: str, kind: type) -> None:
         """``counter{cluster, type}`` += 1, with the labelled child cached (labels() is slow)."""
