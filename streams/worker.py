@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import secrets
 import signal
@@ -111,8 +112,12 @@ class FoldError(AllotError):
     """Rebuilding a partition from the journal did not end where it must."""
 
 
+@functools.lru_cache(maxsize=1024)
 def partition_for(cluster: str, partitions: int) -> int:
-    """The inbox partition of ``cluster``'s key: murmur2 like the Java client and aiokafka."""
+    """The inbox partition of ``cluster``'s key: murmur2 like the Java client and aiokafka.
+
+    Cached: the processor asks once per input (murmur2 in Python is ~20 us).
+    """
     return (murmur2(cluster.encode()) & 0x7FFFFFFF) % partitions
 
 
