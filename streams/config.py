@@ -127,6 +127,10 @@ class WorkerSettings:
         "batch's schedule-changing inputs, in the same produce, instead of a nudge through "
         "the inbox a broker round trip later. One cycle per cluster per batch; a cycle that "
         "decided something is still followed by an inbox nudge.", True)
+    verify_processes: int = _doc(
+        "Processes that verify a batch's input signatures ahead of the loop (0: verify in the "
+        "loop). Ed25519 verification is about half of a signed input's CPU and holds the GIL; "
+        "more processes use more cores. Decisions are the same either way.", 0)
     max_batch: int = _doc(
         "Inbox records handled per journal produce (inputs and their decisions go out "
         "together, acks=all).", 500)

@@ -63,7 +63,7 @@ from identity.journal_seal import HEADER_SEAL, SealCheck, seal, seal_records, tr
 from identity.keys import public_from_hex, public_of
 from scheduler import Engine
 from scheduler.admission import InputRefused
-from streams import logs, processor, snapshots, topics
+from streams import logs, processor, signing, snapshots, topics
 from streams.config import WorkerSettings, kafka_client_options
 from streams.journal import begin_offset, journal_record, read_until, reader
 from streams.liveness import Beat, Liveness, decode_beat, encode_beat, heard_at
@@ -74,6 +74,7 @@ from streams.records import (
     HEADER_INBOX_OFFSET,
     HEADER_KIND,
     HEADER_OWNER,
+    HEADER_SIGNATURE,
     INBOX,
     JOURNAL,
     KIND_CLAIM,
@@ -84,11 +85,13 @@ from streams.records import (
     Claim,
     encode_claim,
     encode_dead_letter,
+    header,
     journal_headers,
     topic,
 )
 from streams.signing import Keyring, signature_headers
 from streams.ticker import VirtualClock, batch_cycle_id, make_tick, nudge_id
+from streams.verify_pool import VerifyPool
 
 # A nudge not seen back within this long is considered lost; another may be sent.
 NUDGE_TIMEOUT_S = 1.0
@@ -223,6 +226,7 @@ class Worker:
         self._reader: AIOKafkaConsumer | None = None
         self._prefetch: snapshots.Prefetcher | None = None
         self._processor: Processor | None = None
+        self._verify_pool: VerifyPool | None = None
         self._server: MetricsServer | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._last_commit = time.monotonic()
@@ -295,8 +299,11 @@ class Worker:
         # already runs, so a restarted worker takes the partitions its previous incarnation
         # held on the liveness fast path, as soon as that one's heartbeats lapse, instead of
         # waiting for the join (the group's assignment then joins the same claim; no fold).
+        if s.verify_processes > 0 and not s.insecure:
+            self._verify_pool = VerifyPool(s.verify_processes)
         await asyncio.gather(self._consumer.start(), self._producer.start(), self._reader.start(),
-                             self._start_liveness())
+                             self._start_liveness(),
+                             *([self._verify_pool.start()] if self._verify_pool else []))
         self._consumer.subscribe([self.inbox], listener=_Listener(self))
         if s.metrics_port >= 0:
             loop = asyncio.get_running_loop()
@@ -595,6 +602,8 @@ class Worker:
                 await self._producer.stop()
         if self._server is not None:
             self._server.stop()
+        if self._verify_pool is not None:
+            self._verify_pool.close()
         self.stopped.set()
         self.log.info("worker.stopped")
 
@@ -952,6 +961,7 @@ class Worker:
         nudge: dict[str, tuple[int, int]] = {}   # cluster -> (partition, triggering offset)
         journaled_inbox: dict[int, int] = {}
         in_batch = self.settings.nudge and self.settings.cycle_in_batch
+        checked = await self._check_ahead(batch) if self._verify_pool is not None else None
         for tp, msgs in batch.items():
             st = self.owned.get(tp.partition)
             if st is None or st.broken:
@@ -981,7 +991,7 @@ class Worker:
                 rec = InboxRecord(topic=m.topic, partition=m.partition, offset=m.offset,
                                   key=m.key, value=m.value, headers=tuple(m.headers or ()))
                 t1 = time.perf_counter()
-                outcome = proc.handle(rec, st.engines)
+                outcome = proc.handle(rec, st.engines, checked)
                 st.next_offset = m.offset + 1
                 if isinstance(outcome, Accepted):
                     ev = outcome.event
@@ -1034,6 +1044,26 @@ class Worker:
         self.metrics.batch_seconds.observe(time.perf_counter() - t0)
         for st in self.owned.values():
             self._maybe_snapshot(st)
+
+    async def _check_ahead(self, batch: dict[TopicPartition, list[Any]]) -> signing.Checked:
+        """The batch's signatures that hold, verified in the verify pool against the state now."""
+        assert self._verify_pool is not None
+        jobs = []
+        for tp, msgs in batch.items():
+            st = self.owned.get(tp.partition)
+            if st is None:
+                continue
+            for m in msgs:
+                if m.value is None or m.key is None:
+                    continue
+                engine = st.engines.get(m.key.decode("utf-8", "replace"))
+                headers = tuple(m.headers or ())
+                job = signing.job(m.value, headers, self.keyring,
+                                  engine.state.principals if engine is not None else None)
+                sig_b = header(headers, HEADER_SIGNATURE)
+                if job is not None and sig_b is not None:
+                    jobs.append((sig_b, job))
+        return await self._verify_pool.check(jobs)
 
     def _journal(self, st: PartitionState, out: list[tuple[str, bytes, list[tuple[str, bytes]]]],
                  accepted: Accepted, inbox_offset: int | None,
