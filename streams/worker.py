@@ -148,6 +148,10 @@ class PartitionState:
         self.seek_target = -1
         self.seeks = 0
         self.nudges: dict[str, float] = {}      # cluster -> when the last nudge was sent
+        # cycle_in_batch: cluster -> inbox offset of the last input since its last cycle that
+        # may change the schedule (a cycle is due), and when the next batch cycle may run.
+        self.cycle_due: dict[str, int] = {}
+        self.cycle_not_before = 0.0
         self.broken = False                     # a produce failed: rebuild from the journal
         self.foreign_checked = 0                # how many of own.foreign were read for claims
         # (how, journal offset) of the snapshot this state was rebuilt from: "prefetch" (restored
@@ -909,7 +913,8 @@ class Worker:
     async def _loop(self) -> None:
         assert self._consumer is not None
         while not self._stop.is_set():
-            wait_ms = 100
+            # (A batch cycle held back by cycle_busy_share runs when its time comes.)
+            wait_ms = self._cycle_wait_ms(100)
             if self._to_take:
                 taken = await self._take_pending()
                 # Just took a partition with clusters: wait for its first records (its tick)
@@ -946,7 +951,7 @@ class Worker:
                 self.log.warning("inbox.fetch_failed", detail=str(exc))
                 await asyncio.sleep(0.5)
                 continue
-            if batch:
+            if batch or self._cycles_ready():
                 async with self._lock:
                     await self._handle(batch)
             await self._commit()
@@ -967,9 +972,7 @@ class Worker:
             if st is None or st.broken:
                 continue
             out = journal_out.setdefault(tp.partition, [])
-            # cluster -> inbox offset of the last input since its last cycle that may change
-            # the schedule: a cycle is due at the end of this partition's records.
-            due: dict[str, int] = {}
+            due = st.cycle_due
             for m in msgs:
                 if m.offset < st.next_offset:
                     continue
@@ -1020,10 +1023,24 @@ class Worker:
                     self.metrics.duplicates.inc()
                     if type(outcome.event) is ClockTicked:
                         st.nudges.pop(outcome.event.cluster, None)
-            for cluster, offset in due.items():
+        now = time.monotonic()
+        for p, st in self.owned.items():
+            if not st.cycle_due or st.broken or now < st.cycle_not_before:
+                continue
+            out = journal_out.setdefault(p, [])
+            t_cycles = time.perf_counter()
+            for cluster, offset in st.cycle_due.items():
                 cycled = self._cycle_in_batch(st, out, cluster, offset)
                 if cycled is not None and processor.changes_schedule(cycled):
-                    nudge[cluster] = (tp.partition, offset)
+                    nudge[cluster] = (p, offset)
+            st.cycle_due.clear()
+            # The next batch cycle waits until these cycles are at most cycle_busy_share of
+            # the worker's time since: at 20,000 pending a cycle is ~13 ms of CPU, and one per
+            # small batch would take the whole core (inputs arriving meanwhile wait for it).
+            # Wall time, not CPU: on a loaded machine a cycle also costs the time the worker
+            # waited for a core, and so does everything else it does.
+            spent = time.perf_counter() - t_cycles
+            st.cycle_not_before = now + spent * (1 / self.settings.cycle_busy_share - 1)
         await self._publish(journal_out, dead_out, journaled_inbox)
         now = time.monotonic()
         for cluster, (p, offset) in nudge.items():
@@ -1044,6 +1061,19 @@ class Worker:
         self.metrics.batch_seconds.observe(time.perf_counter() - t0)
         for st in self.owned.values():
             self._maybe_snapshot(st)
+
+    def _cycles_ready(self) -> bool:
+        """A batch cycle is due and its time has come (cycle_in_batch)."""
+        now = time.monotonic()
+        return any(st.cycle_due and not st.broken and now >= st.cycle_not_before
+                   for st in self.owned.values())
+
+    def _cycle_wait_ms(self, wait_ms: int) -> int:
+        """``wait_ms``, or less: until the earliest batch cycle held back may run."""
+        due = [st.cycle_not_before for st in self.owned.values() if st.cycle_due]
+        if not due:
+            return wait_ms
+        return max(1, min(wait_ms, int(1000 * (min(due) - time.monotonic())) + 1))
 
     async def _check_ahead(self, batch: dict[TopicPartition, list[Any]]) -> signing.Checked:
         """The batch's signatures that hold, verified in the verify pool against the state now."""
