@@ -131,7 +131,7 @@ class WorkerSettings:
         "With `cycle_in_batch`: the largest share of the worker's time batch cycles may take. "
         "After batch cycles that took t seconds, the next waits until t / share has "
         "passed (the inputs in between join one cycle); ticks and nudges from the inbox are not "
-        "held back. 1: a cycle after every batch.", 0.25)
+        "held back. 1: a cycle after every batch.", 0.5)
     verify_processes: int = _doc(
         "Processes that verify a batch's input signatures ahead of the loop (0: verify in the "
         "loop). Ed25519 verification is about half of a signed input's CPU and holds the GIL; "
