@@ -83,6 +83,7 @@ from benchmarks.bench_live import (
     pct,
     producer,
     settings_for,
+    spawn_timed,
     wait_for,
 )
 from benchmarks.common import machine, scenario_at
@@ -498,21 +499,13 @@ async def restart_series(f: Follower, w: WorkerProc, settings: dict[str, Any], r
     runs: list[dict[str, float]] = []
     for i in range(restarts):
         w.kill()
-        claims = len(f.claims)
         load = os.getloadavg()[0]
-        w = WorkerProc(f"{name}-restart{i}", s)
-        t_spawn = time.perf_counter()
-        await wait_for(lambda claims=claims: len(f.claims) > claims, 300, "the claim")
-        t_claim = f.claims[-1][0]
-        await wait_for(lambda w=w: any(e.get("partition") == p_idx
-                                       for e in w.events("partition.claimed")), 300, "ready")
-        ready = [e for e in w.events("partition.claimed") if e.get("partition") == p_idx][-1]
-        await wait_for(lambda: f.first_input_after_claim is not None, 120, "a new input")
-        assert f.first_input_after_claim is not None
-        r = {"load": round(load, 2), "claim_s": t_claim - t_spawn,
+        w, t = await spawn_timed(f, f"{name}-restart{i}", s, p_idx)
+        ready = t.ready
+        r = {"load": round(load, 2), "claim_s": t.claim - t.spawn,
              "rebuild_s": float(ready["seconds"]), "snapshot": ready.get("snapshot") is not None,
              "folded": int(ready["folded"]),
-             "first_input_s": f.first_input_after_claim - t_spawn,
+             "first_input_s": t.first_input - t.spawn,
              "rss_mb": Memory.of(w.proc.pid) / 1e6}
         runs.append(r)
         if i == 0:
