@@ -25,15 +25,16 @@ kept its log needs no restore), after checking that it is the archived one.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from aiokafka import AIOKafkaProducer
 
 from archive import layout
+from archive.events import partition_batches
 from archive.manifest import ArchiveError, Manifest, origin_digest
 from archive.writer import first_record
 from streams import logs
@@ -59,19 +60,30 @@ class RestoreReport:
         return sum(self.restored.values())
 
 
+RESTORE_COLUMNS = ["offset", "timestamp", "key", "value", "headers", "kind", "inbox_offset"]
+
+
+def partition_tables(root: Path, manifest: Manifest, p: int) -> Iterator[pa.Table]:
+    """Partition ``p``'s archived records one committed batch at a time, in offset order.
+
+    A restore streams a partition batch by batch (``archive.events.partition_batches``):
+    memory holds one batch, not the whole partition (a ten-million-event journal's is
+    several GB, and over the 2 GiB a ``binary`` column can address).
+    """
+    return partition_batches(root, manifest, p, RESTORE_COLUMNS)
+
+
 def partition_table(root: Path, manifest: Manifest, p: int) -> pa.Table:
-    """Every archived record of partition ``p``, sorted by offset."""
-    paths = [str(root / f.path) for _, f in manifest.files(p)]
-    if not paths:
-        return layout.SCHEMA.empty_table()
-    tables = [pq.read_table(path, columns=["offset", "timestamp", "key", "value", "headers",
-                                           "kind", "inbox_offset"]) for path in paths]
-    # 64-bit offsets for the values: a whole partition of a large journal holds
-    # more than the 2 GiB a ``binary`` column can address (sorting would overflow).
+    """Every archived record of partition ``p``, sorted by offset, in one table (small archives).
+
+    Values are ``large_binary`` (64-bit offsets), so a table over 2 GiB still concatenates.
+    """
     tables = [t.set_column(t.schema.get_field_index("value"), "value",
-                           t.column("value").cast(pa.large_binary())) for t in tables]
-    table = pa.concat_tables(tables)
-    return table.sort_by("offset")
+                           t.column("value").cast(pa.large_binary()))
+              for t in partition_tables(root, manifest, p)]
+    if not tables:
+        return layout.SCHEMA.empty_table()
+    return pa.concat_tables(tables)
 
 
 async def restore(bootstrap: str, root: str | Path, prefix: str = "") -> RestoreReport:
@@ -110,9 +122,14 @@ async def restore(bootstrap: str, root: str | Path, prefix: str = "") -> Restore
                     raise ArchiveError(f"{journal}[{p}] holds another journal than {root}")
                 report.kept.append(p)
                 continue
-            table = partition_table(root, manifest, p)
-            report.restored[p] = await _produce_journal(producer, journal, p, table)
-            report.filled[p] = await _fill_inbox(consumer, producer, inbox, p, table)
+            restored, top = 0, None
+            for table in partition_tables(root, manifest, p):
+                restored += await _produce_journal(producer, journal, p, table, restored)
+                col_top = pc.max(table.column("inbox_offset")).as_py() if len(table) else None
+                if col_top is not None and (top is None or col_top > top):
+                    top = col_top
+            report.restored[p] = restored
+            report.filled[p] = await _fill_inbox(consumer, producer, inbox, p, top)
             log.info("archive.restored", partition=p, records=report.restored[p],
                      inbox_filled=report.filled[p])
     finally:
@@ -123,12 +140,14 @@ async def restore(bootstrap: str, root: str | Path, prefix: str = "") -> Restore
 
 
 async def _produce_journal(producer: AIOKafkaProducer, journal: str, p: int,
-                           table: pa.Table) -> int:
+                           table: pa.Table, first: int = 0) -> int:
+    """Produce ``table``'s records (offsets ``first``, ``first`` + 1, ...) at those offsets."""
     offsets = table.column("offset").to_pylist()
-    if offsets and offsets != list(range(len(offsets))):
-        gap = next(i for i, o in enumerate(offsets) if o != i)
+    if offsets and offsets != list(range(first, first + len(offsets))):
+        gap = next(i for i, o in enumerate(offsets) if o != first + i)
         raise ArchiveError(f"partition {p}: the archive is not dense from offset 0 (offset "
-                           f"{offsets[gap]} at position {gap}); it cannot be restored as it was")
+                           f"{offsets[gap]} at position {first + gap}); it cannot be restored "
+                           f"as it was")
     stamps = table.column("timestamp").to_pylist()
     keys = table.column("key").to_pylist()
     values = table.column("value").to_pylist()
@@ -150,9 +169,8 @@ async def _produce_journal(producer: AIOKafkaProducer, journal: str, p: int,
 
 
 async def _fill_inbox(consumer: object, producer: AIOKafkaProducer, inbox: str, p: int,
-                      table: pa.Table) -> int:
-    col = table.column("inbox_offset")
-    top = pc.max(col).as_py() if len(col) else None
+                      top: int | None) -> int:
+    """Fill inbox partition ``p`` with fillers up to ``top``, the highest journaled inbox offset."""
     if top is None:
         return 0
     have = await end_offset(consumer, inbox, p)  # type: ignore[arg-type]
@@ -174,4 +192,4 @@ async def _fill_inbox(consumer: object, producer: AIOKafkaProducer, inbox: str, 
     return top + 1
 
 
-__all__ = ["HEADER_FILLER", "RestoreReport", "partition_table", "restore"]
+__all__ = ["HEADER_FILLER", "RestoreReport", "partition_table", "partition_tables", "restore"]

@@ -61,6 +61,11 @@ from scheduler import Engine
 
 HOUR = 3600
 CACHE = Path("/tmp/allot-bench-audit")
+# The generator's version, in the cached log's folder name: a log an older generator wrote
+# is not reused. 2: the clock reaches each delivery's time first (version 1's drain refused
+# finishes and cancels as future_time, so every copy left work running for good and the
+# occupancy grew with the number of copies).
+LOG_VERSION = 2
 HOSTS = 128
 TICK_S = 60  # the simulated ticker; the live one ticks every second
 # Marker for ids that get a per-copy suffix; not a character any id uses.
@@ -156,6 +161,7 @@ def simulate_segment(seed: int = 11, hours: int = 24 * 7) -> list[Event]:
             break
         _settle(eng, mk, feed, agenda, attempt, rng, now)
     now += 300
+    feed(mk.tick(now, cycle=False))   # (the clock first: see _settle)
     for name, host in eng.state.cluster_state.hosts.items():
         if host.health != "ok":
             feed(mk.repair(name, at=now))
@@ -169,7 +175,14 @@ def simulate_segment(seed: int = 11, hours: int = 24 * 7) -> list[Event]:
 def _settle(eng: Engine, mk: Inputs, feed: Callable[[Event], None],
             agenda: list[tuple[int, int, str, int]], attempt: dict[str, int],
             rng: random.Random, now: int) -> None:
-    """Deliver what is due at ``now`` (finishes, cancels, repairs), then run a cycle."""
+    """Deliver what is due at ``now`` (finishes, cancels, repairs), then run a cycle.
+
+    The clock reaches ``now`` first (a tick without a cycle): the engine refuses
+    an input more than ``clock_skew_s`` ahead of its clock (``future_time``), and
+    a refused finish would leave its workload running, and its GPUs busy, in
+    every later copy of the segment.
+    """
+    feed(mk.tick(now, cycle=False))
     while agenda and agenda[0][0] <= now:
         _, _, wid, run = heapq.heappop(agenda)
         w = eng.state.workloads.all.get(wid)
@@ -316,7 +329,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     print(f"machine: {machine()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     CACHE.mkdir(parents=True, exist_ok=True)
-    run_dir = CACHE / f"bench{args.events}"
+    run_dir = CACHE / f"bench{args.events}-v{LOG_VERSION}"
     run_dir.mkdir(exist_ok=True)
     log_path = run_dir / "events.jsonl"
     if args.fresh or not log_path.exists():

@@ -42,7 +42,7 @@ from archive import layout
 from archive.writer import archive_records
 from audit import open_db, summary
 from audit.load import load
-from benchmarks.bench_audit import CACHE, build_log, cpu_and_wall
+from benchmarks.bench_audit import CACHE, LOG_VERSION, build_log, cpu_and_wall
 from benchmarks.common import machine
 from streams import records as rec
 
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--clean", action="store_true", help="delete the cached archive afterwards")
     args = ap.parse_args(argv)
     print(f"machine: {machine()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    run_dir = CACHE / f"bench{args.events}"
+    run_dir = CACHE / f"bench{args.events}-v{LOG_VERSION}"
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / "events.jsonl"
     if args.fresh or not log.exists():

@@ -45,7 +45,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -489,6 +489,33 @@ def _log_time(event: dict[str, Any]) -> float:
     return datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
 
 
+class SpawnTimes(NamedTuple):
+    """When a started worker got going (``perf_counter`` times) and its partition's ready line."""
+
+    spawn: float
+    claim: float                # its claim read back from the journal
+    ready: dict[str, Any]       # its ``partition.claimed`` log line (restore, fold, seconds)
+    first_input: float          # its first input journaled under that claim: scheduling again
+
+
+async def spawn_timed(j: Journal, name: str, settings: dict[str, Any],
+                      p_idx: int) -> tuple[WorkerProc, SpawnTimes]:
+    """Start a worker and wait for its claim, its partition ``p_idx`` ready and its first input."""
+    claims = len(j.claims)
+    w = WorkerProc(name, settings)
+    t_spawn = time.perf_counter()
+    await wait_for(lambda: len(j.claims) > claims, 300, "the claim")
+    t_claim = j.claims[-1][0]
+    await wait_for(lambda: any(e.get("partition") == p_idx
+                               for e in w.events("partition.claimed")), 300, "ready")
+    ready = [e for e in w.events("partition.claimed") if e.get("partition") == p_idx][-1]
+    # The first input journaled under the new claim (a live tick): scheduling again.
+    await wait_for(lambda: j.first_input_after_claim is not None, 120, "a new input")
+    t_first = j.first_input_after_claim
+    assert t_first is not None
+    return w, SpawnTimes(t_spawn, t_claim, ready, t_first)
+
+
 async def bench_restart(bootstrap: str, events: int, restarts: int = 5) -> dict[str, Any]:
     """One cold start (fold the whole journal, snapshot), then ``restarts`` kill -9 restarts.
 
@@ -518,20 +545,10 @@ async def bench_restart(bootstrap: str, events: int, restarts: int = 5) -> dict[
         for run in ["cold"] + [f"warm{i}" for i in range(restarts)]:
             if w is not None:
                 w.kill()
-            claims = len(j.claims)
             load = os.getloadavg()[0]
             spawn_wall = time.time()
-            w = WorkerProc(f"restart-{run}", s)
-            t_spawn = time.perf_counter()
-            await wait_for(lambda claims=claims: len(j.claims) > claims, 300, "the claim")
-            t_claim = j.claims[-1][0]
-            await wait_for(lambda w=w: any(e.get("partition") == p_idx
-                                           for e in w.events("partition.claimed")), 300, "ready")
-            ready = [e for e in w.events("partition.claimed") if e.get("partition") == p_idx][-1]
-            # The first input journaled under the new claim (a live tick): scheduling again.
-            await wait_for(lambda: j.first_input_after_claim is not None, 120, "a new input")
-            t_first = j.first_input_after_claim
-            assert t_first is not None
+            w, t = await spawn_timed(j, f"restart-{run}", s, p_idx)
+            t_spawn, t_claim, ready, t_first = t.spawn, t.claim, t.ready, t.first_input
             await wait_for(lambda w=w: len(w.events("partition.claimed")) >= PARTITIONS, 60,
                            "every partition")
             started = w.events("worker.started")

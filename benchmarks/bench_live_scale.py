@@ -26,6 +26,11 @@ fixed before any result was looked at:
    first scheduling cycle journaled after it (the decision: the cycle that
    considered it, whether it started, was reserved for or waits); for those
    that started during the phase, publish -> started.
+5. **restart** (``--restarts N``): with that queue in place (about 41,000
+   pending), kill -9 the worker and start it again N times: spawn -> its claim,
+   -> the partition ready (restore and fold), -> the first input journaled under
+   the new claim; its RSS. The first restart folds the whole journal (the timed
+   phases write no snapshot) and snapshots; the next ones restore that snapshot.
 
 Also reported: the decisions of each phase by type, the queue length (pending
 workloads, tracked from the journal), the worker's resident memory (RSS,
@@ -43,7 +48,9 @@ against a raw consume of the same journal on the same broker.
 figures of a profiled run are not the benchmark's.
 
 Usage: python -m benchmarks.bench_live_scale [--unsigned|--signed|--both] [--pending N]
-       [--rates R1,R2] [--seconds S] [--archive] [--profile] [--bootstrap HOST:PORT]
+       [--rates R1,R2] [--seconds S] [--restarts N] [--archive] [--profile]
+       [--set KEY=VALUE]
+       [--bootstrap HOST:PORT]
 """
 
 from __future__ import annotations
@@ -76,6 +83,7 @@ from benchmarks.bench_live import (
     pct,
     producer,
     settings_for,
+    spawn_timed,
     wait_for,
 )
 from benchmarks.common import machine, scenario_at
@@ -84,7 +92,7 @@ from events.factory import Inputs
 from simulator.driver import Simulation, load_sources
 from simulator.spec import WorkloadSpec
 from streams.broker import TansuBroker
-from streams.records import INBOX, JOURNAL, KIND_INPUT, topic
+from streams.records import INBOX, JOURNAL, KIND_CLAIM, KIND_INPUT, Claim, topic
 from streams.topics import ensure_topics
 from streams.worker import partition_for
 
@@ -106,7 +114,8 @@ _envelope = msgspec.json.Decoder(_Envelope)
 class Follower(Journal):
     """Follows the cluster's journal partition; when each record was read, and the queue's state.
 
-    ``start`` and ``stop`` are bench_live's journal watcher's; what is read differs.
+    ``start`` and ``stop`` are bench_live's journal watcher's; what is read differs
+    (claims and the first input after each, as there, for the restarts).
     """
 
     def __init__(self, bootstrap: str, prefix: str, partition: int) -> None:
@@ -139,19 +148,28 @@ class Follower(Journal):
                 self._at[last] = i
 
     async def _run(self) -> None:
-        kind_input = KIND_INPUT.encode()
+        kind_input, kind_claim = KIND_INPUT.encode(), KIND_CLAIM.encode()
         while True:
             got = await self.c.getmany(self.tp, timeout_ms=100, max_records=20000)
             now = time.perf_counter()
             for m in got.get(self.tp, []):
                 self.records += 1
+                kind = dict(m.headers).get("allot-kind")
+                if kind == kind_claim:
+                    self.claims.append((now, msgspec.json.decode(m.value, type=Claim)))
+                    self.claim_offset = m.offset
+                    self.first_input_after_claim = None
+                    continue
+                if kind == kind_input and self.first_input_after_claim is None \
+                        and m.offset > self.claim_offset >= 0:
+                    self.first_input_after_claim = now
                 if not m.value.startswith(b'{"type":'):
-                    continue   # a claim or a seal-only record
+                    continue   # a seal-only record
                 try:
                     e = _envelope.decode(m.value)
                 except msgspec.DecodeError:
                     continue
-                if dict(m.headers).get("allot-kind") == kind_input:
+                if kind == kind_input:
                     self.journaled.setdefault(e.id, (m.offset, now))
                     if e.type == "clock.ticked" and e.cycle is not False:
                         self.cycles.append((m.offset, now))
@@ -186,8 +204,13 @@ class Memory:
         self._task = asyncio.create_task(self._run())
 
     def now(self) -> int:
+        return self.of(self.pid)
+
+    @staticmethod
+    def of(pid: int) -> int:
+        """``pid``'s resident memory in bytes (0 once it is gone)."""
         try:
-            with open(f"/proc/{self.pid}/status") as fh:
+            with open(f"/proc/{pid}/status") as fh:
                 for line in fh:
                     if line.startswith("VmRSS:"):
                         return int(line.split()[1]) * 1024
@@ -322,14 +345,19 @@ def latencies(f: Follower, sender: Sender, ids: list[str], wids: list[str],
 
 
 async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending: int, rates: list[int], seconds: float,
-                   finish_every: int, profile: Path | None) -> dict[str, Any]:
+                   finish_every: int, profile: Path | None,
+                   worker_settings: dict[str, Any] | None = None,
+                   restarts: int = 0) -> dict[str, Any]:
     prefix = f"ls{'s' if signed else 'u'}{int(time.time())}."
     cluster = scenario_at(SCENARIO).cluster.id
     p_idx = partition_for(cluster, PARTITIONS)
     await ensure_topics(bootstrap, prefix, PARTITIONS)
     sig = Signing() if signed else None
+    # A static member with a fixed name, as a StatefulSet runs it: a restarted worker is the
+    # same member and rejoins without waiting out the session (bench_restart's settings).
     settings = settings_for(bootstrap, prefix, (cluster,), snapshot_every_records=0,
-                            **(sig.settings() if sig else {}))
+                            instance_id=f"{prefix}scale", worker_name=f"{prefix}scale",
+                            **(sig.settings() if sig else {}), **(worker_settings or {}))
     name = "scale-" + ("signed" if signed else "unsigned")
     w = WorkerProc(name, settings) if profile is None else ProfiledWorker(name, settings, profile)
     mem = Memory(w.proc.pid)
@@ -440,6 +468,9 @@ async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending
         out["rss_end_mb"] = mem.now() / 1e6
         out["journal_records"] = f.records
         out["load_end"] = round(os.getloadavg()[0], 2)
+        if restarts:
+            out["pending_at_restart"] = f.pending()
+            out["restart"], w = await restart_series(f, w, settings, restarts, p_idx, name)
     finally:
         await p.stop()
         await f.stop()
@@ -449,6 +480,44 @@ async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending
         out["profile"] = where_time_goes(profile)
     out["prefix"] = prefix
     return out
+
+
+async def restart_series(f: Follower, w: WorkerProc, settings: dict[str, Any], restarts: int,
+                         p_idx: int, name: str) -> tuple[dict[str, Any], WorkerProc]:
+    """kill -9 the worker and start it again, ``restarts`` times, with the queue in place.
+
+    The restarted worker has the default snapshot cadence (every 20,000 records):
+    the first restart folds the run's whole journal (no snapshot was written
+    during the timed phases) and snapshots at once; the next ones restore that
+    snapshot and fold the rest. Each is timed from the spawn: to its claim read
+    back from the journal, to the cluster's partition being ready (the log's
+    ``partition.claimed``: restore and fold), and to the first input it
+    journals under that claim (scheduling again); with its RSS once scheduling.
+    """
+    # (Below the default for a journal too short to reach it: the tiny test's.)
+    s = {**settings, "snapshot_every_records": max(1, min(20000, f.records // 2))}
+    runs: list[dict[str, float]] = []
+    for i in range(restarts):
+        w.kill()
+        load = os.getloadavg()[0]
+        w, t = await spawn_timed(f, f"{name}-restart{i}", s, p_idx)
+        ready = t.ready
+        r = {"load": round(load, 2), "claim_s": t.claim - t.spawn,
+             "rebuild_s": float(ready["seconds"]), "snapshot": ready.get("snapshot") is not None,
+             "folded": int(ready["folded"]),
+             "first_input_s": t.first_input - t.spawn,
+             "rss_mb": Memory.of(w.proc.pid) / 1e6}
+        runs.append(r)
+        if i == 0:
+            await wait_for(lambda w=w: bool(w.events("snapshot.written")), 300, "a snapshot")
+            snap = w.events("snapshot.written")[0]
+            r["snapshot_bytes"] = int(snap["bytes"])
+    warm = [r for r in runs if r["snapshot"]]
+    out: dict[str, Any] = {"runs": runs}
+    if warm:
+        out["first_input_s_median"] = statistics.median(r["first_input_s"] for r in warm)
+        out["rebuild_s_median"] = statistics.median(r["rebuild_s"] for r in warm)
+    return out, w
 
 
 async def settle(f: Follower, quiet_s: float = 1.0, timeout: float = 30) -> None:
@@ -569,6 +638,17 @@ def show(name: str, r: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def worker_setting(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` of ``--set``: the value read as JSON (numbers, true/false), else a string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--set {text!r}: expected KEY=VALUE")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -583,16 +663,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--seconds", type=float, default=4.0, help="length of each churn phase")
     ap.add_argument("--finish-every", type=int, default=10,
                     help="one running workload finishes per this many submissions (0: none)")
+    ap.add_argument("--restarts", type=int, default=0,
+                    help="then kill -9 and restart the worker this many times with the queue "
+                         "in place (the first folds the journal, the rest restore a snapshot)")
     ap.add_argument("--archive", action="store_true",
                     help="then time the archiver over the journal against the raw consume rate")
     ap.add_argument("--profile", action="store_true", help="run the worker under cProfile")
     ap.add_argument("--broker-records", type=int, default=50_000,
                     help="records of the same-run broker baseline (0: skip it)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a worker setting (streams.config), e.g. max_batch=2000 or "
+                         "cycle_in_batch=false; repeatable")
     ap.add_argument("--bootstrap")
     ap.add_argument("--json", action="store_true", help="print the results as JSON at the end")
     args = ap.parse_args(argv)
     modes = [False] if args.unsigned else [True] if args.signed else [False, True]
     rates = [int(x) for x in args.rates.split(",") if x]
+    worker_settings = dict(worker_setting(x) for x in args.set)
     print(f"machine: {machine()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     results: dict[str, Any] = {}
     with contextlib.ExitStack() as stack:
@@ -611,7 +698,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             prof = OUT / f"scale-{name}.prof" if args.profile else None
             t0 = time.perf_counter()
             r = asyncio.run(run_once(bs, broker_pid, signed, args.pending, rates, args.seconds,
-                                     args.finish_every, prof))
+                                     args.finish_every, prof, worker_settings,
+                                     args.restarts))
             results[name] = r
             show(f"{name} ({time.perf_counter() - t0:.0f} s)", r)
         if args.archive:

@@ -89,6 +89,28 @@ def verify(value: bytes, signature_hex: bytes, key: Ed25519PublicKey) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=4096)
+def _public_raw(raw: bytes) -> Ed25519PublicKey:
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
+def verify_many(jobs: list[tuple[bytes, bytes, bytes]]) -> list[bool]:
+    """Per ``(raw public key, raw signature, value)``: whether the signature holds.
+
+    What a verify process runs (``streams.verify_pool``): plain bytes in and out,
+    so a batch crosses the process boundary cheaply.
+    """
+    out: list[bool] = []
+    for raw, sig, value in jobs:
+        try:
+            _public_raw(raw).verify(sig, value)
+        except (ValueError, InvalidSignature):
+            out.append(False)
+        else:
+            out.append(True)
+    return out
+
+
 def new_seed_hex() -> str:
     """A fresh random private key, as the hex seed a key file holds."""
     return os.urandom(32).hex()

@@ -121,6 +121,21 @@ class WorkerSettings:
     nudge: bool = _doc(
         "After journaling inputs that can change the schedule, publish an immediate signed "
         "tick (a nudge) instead of waiting up to a tick interval.", True)
+    cycle_in_batch: bool = _doc(
+        "With `nudge`: run the cycle at the end of the batch itself. The worker journals a "
+        "signed tick of its own (id `nudge:<cluster>:<inbox offset>:batch`) right after a "
+        "batch's schedule-changing inputs, in the same produce, instead of a nudge through "
+        "the inbox a broker round trip later. One cycle per cluster per batch; a cycle that "
+        "decided something is still followed by an inbox nudge.", True)
+    cycle_busy_share: float = _doc(
+        "With `cycle_in_batch`: the largest share of the worker's time batch cycles may take. "
+        "After batch cycles that took t seconds, the next waits until t / share has "
+        "passed (the inputs in between join one cycle); ticks and nudges from the inbox are not "
+        "held back. 1: a cycle after every batch.", 0.5)
+    verify_processes: int = _doc(
+        "Processes that verify a batch's input signatures ahead of the loop (0: verify in the "
+        "loop). Ed25519 verification is about half of a signed input's CPU and holds the GIL; "
+        "more processes use more cores. Decisions are the same either way.", 0)
     max_batch: int = _doc(
         "Inbox records handled per journal produce (inputs and their decisions go out "
         "together, acks=all).", 500)
@@ -280,6 +295,8 @@ def _check(s: WorkerSettings) -> WorkerSettings:
         raise bad("tick_interval_s", "must be positive")
     if s.time_scale <= 0:
         raise bad("time_scale", "must be positive")
+    if not 0 < s.cycle_busy_share <= 1:
+        raise bad("cycle_busy_share", "must be above 0 and at most 1")
     if s.metrics_port < -1 or s.metrics_port > 65535:
         raise bad("metrics_port", "must be -1 (off), 0 (any free port) or a port")
     if s.log_format not in _LOG_FORMATS:

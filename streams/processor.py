@@ -269,12 +269,14 @@ class Processor:
             detail=detail[:1000], topic=record.topic, partition=record.partition,
             offset=record.offset, key=key, value=_text(record.value), worker=self.worker))
 
-    def check(self, record: InboxRecord, engines: dict[str, Engine] | None = None) -> Event | Dead:
+    def check(self, record: InboxRecord, engines: dict[str, Engine] | None = None,
+              checked: signing.Checked | None = None) -> Event | Dead:
         """Decode, authenticate and authorise a record up to the engine: the event, or its dead letter.
 
         ``engines`` gives the cluster's current state: its principal registry names
         the keys that sign (beside the configured keyring) and the roles that
-        authorise. Nothing here changes it.
+        authorise. Nothing here changes it. ``checked``: signatures verified ahead
+        (``signing.verify``).
         """
         value = record.value
         if value is None:
@@ -288,7 +290,7 @@ class Processor:
             return self.dead(record, decode_failure_reason(exc), exc.reason)
         engine = (engines or {}).get(event.cluster)
         registry = engine.state.principals if engine is not None else None
-        verdict = signing.verify(value, record.headers, self.keyring, registry)
+        verdict = signing.verify(value, record.headers, self.keyring, registry, checked)
         is_tick = type(event) is ClockTicked
         if verdict.problem == signing.REVOKED_KEY:
             return self.dead(record, REVOKED, verdict.detail)
@@ -349,12 +351,13 @@ class Processor:
         """
         return authorisation.UNAUTHENTICATED if self.authorise else problem
 
-    def handle(self, record: InboxRecord, engines: dict[str, Engine]) -> Outcome:
+    def handle(self, record: InboxRecord, engines: dict[str, Engine],
+               checked: signing.Checked | None = None) -> Outcome:
         """The outcome of one inbox record. Creates the cluster's engine in ``engines`` if new."""
-        checked = self.check(record, engines)
-        if isinstance(checked, Dead):
-            return checked
-        event = checked
+        got = self.check(record, engines, checked)
+        if isinstance(got, Dead):
+            return got
+        event = got
         engine = engines.get(event.cluster)
         if engine is None:
             engine = engines[event.cluster] = new_engine(event.cluster)

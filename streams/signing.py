@@ -166,15 +166,65 @@ def _public(hex_text: str) -> Ed25519PublicKey | None:
         return None
 
 
+# (signature header bytes, value) -> the raw public key whose signature it was found to be,
+# checked ahead (``streams.verify_pool``). Only signatures that hold are in it.
+Checked = Mapping[tuple[bytes, bytes], bytes]
+
+
+def _holds(value: bytes, sig_b: bytes | None, key: Ed25519PublicKey,
+           checked: Checked | None) -> bool:
+    if sig_b is None:
+        return False
+    if checked is not None and checked.get((sig_b, value)) == key.public_bytes_raw():
+        return True   # the same key, signature and bytes were verified ahead
+    return keys.verify(value, sig_b, key)
+
+
+def job(value: bytes, headers: Headers | None, keyring: Keyring,
+        registry: Registry | None = None) -> tuple[bytes, bytes, bytes] | None:
+    """``(raw public key, raw signature, value)``: the check ``verify`` will make of this record.
+
+    The key is resolved as ``verify`` resolves it, against the state given; None
+    when there is no signature to check or no key to check it with. A job
+    checked ahead against a state that then changed (a key registered or
+    retired in between) names another key than ``verify`` later resolves, and
+    ``verify`` then checks the signature itself.
+    """
+    signer_b = header(headers, HEADER_SIGNER)
+    sig_b = header(headers, HEADER_SIGNATURE)
+    if signer_b is None or sig_b is None:
+        return None
+    try:
+        sig = bytes.fromhex(sig_b.decode("ascii").strip())
+    except (ValueError, UnicodeDecodeError):
+        return None
+    signer = signer_b.decode("utf-8", "replace")
+    kid_b = header(headers, HEADER_KEY_ID)
+    kid = kid_b.decode("utf-8", "replace") if kid_b is not None else None
+    known = registry.key(kid) if registry is not None and kid is not None else None
+    if known is not None:
+        key = _public(known[1])
+    elif registry is not None and registry.get(signer) is not None:
+        return None
+    else:
+        key = keyring.key(signer)
+        if key is not None and kid is not None and kid != (keyring.key_id(signer)
+                                                            or keys.key_id(key)):
+            key = keyring.other_key(signer, kid)
+    return None if key is None else (key.public_bytes_raw(), sig, value)
+
+
 def verify(value: bytes, headers: Headers | None, keyring: Keyring,
-           registry: Registry | None = None) -> Verdict:
+           registry: Registry | None = None, checked: Checked | None = None) -> Verdict:
     """Check ``value``'s signature headers against ``registry`` (registered keys) and ``keyring``.
 
     A key id the registry knows is checked against the registered public key,
     and must belong to the named signer; a retired (rotated or revoked) key
     gives ``revoked`` once its signature holds. A signer the registry knows
     signs with registered keys only; anyone else is looked up in ``keyring``
-    (the configured keys: the ticker, the first admin).
+    (the configured keys: the ticker, the first admin). ``checked``: signatures
+    verified ahead, under the key named there (the verdict is the same; only
+    the Ed25519 check itself is skipped when that key is the one resolved here).
     """
     signer_b = header(headers, HEADER_SIGNER)
     sig_b = header(headers, HEADER_SIGNATURE)
@@ -191,7 +241,7 @@ def verify(value: bytes, headers: Headers | None, keyring: Keyring,
         key = _public(pub_hex)
         if who != signer or key is None:
             return Verdict(None, BAD_SIGNATURE, f"key {kid} is not {signer[:80]!r}'s")
-        if sig_b is None or not keys.verify(value, sig_b, key):
+        if not _holds(value, sig_b, key, checked):
             return Verdict(None, BAD_SIGNATURE, f"not {signer[:80]!r}'s signature under key {kid}")
         why = registry.retired_why(kid) if registry is not None else None
         if why is not None:
@@ -215,7 +265,7 @@ def verify(value: bytes, headers: Headers | None, keyring: Keyring,
             return Verdict(None, BAD_SIGNATURE,
                            f"key id {kid[:40]!r} is not {signer[:80]!r}'s key")
         key, own = other, kid
-    if sig_b is None or not keys.verify(value, sig_b, key):
+    if not _holds(value, sig_b, key, checked):
         return Verdict(None, BAD_SIGNATURE, f"not {signer[:80]!r}'s signature")
     if registry is not None and registry.retired_why(own) is not None:
         return Verdict(None, REVOKED_KEY, f"key {own} of {signer[:80]!r} was "

@@ -6,9 +6,12 @@ workers share, and the worker dead-letters any tick it cannot verify. Ticks go
 through the inbox like every other input, so the journal records exactly the
 ticks the engine saw and a replay sees the same time.
 
-Ids are deterministic: ``tick:<cluster>:<at>`` for the periodic tick and
+Ids are deterministic: ``tick:<cluster>:<at>`` for the periodic tick,
 ``nudge:<cluster>:<inbox offset>`` for the immediate tick the worker sends after
-inputs that may change the schedule. Two tickers (a former owner still alive,
+inputs that may change the schedule, and ``nudge:<cluster>:<inbox offset>:batch``
+for the tick a worker journals itself at the end of a batch (``cycle_in_batch``:
+the one tick that skips the inbox, signed and journaled like the others, so a
+replay sees it as the engine did). Two tickers (a former owner still alive,
 and the new one) produce the same ids for the same second or trigger, so the
 engine takes one and skips the other.
 
@@ -85,6 +88,16 @@ def tick_id(cluster: str, at: int) -> str:
 
 def nudge_id(cluster: str, inbox_offset: int) -> str:
     return f"nudge:{cluster}:{inbox_offset}"
+
+
+def batch_cycle_id(cluster: str, inbox_offset: int) -> str:
+    """The id of the tick a worker journals after a batch (``cycle_in_batch``).
+
+    From the batch's last schedule-changing input: an owner that handles the same
+    records again derives the same id, so the engine takes the tick once. It
+    never equals a ``nudge_id`` (cluster ids hold no colon).
+    """
+    return f"nudge:{cluster}:{inbox_offset}:batch"
 
 
 def make_tick(cluster: str, at: int, principal: str, key: bytes,

@@ -17,7 +17,9 @@ and the crash-safety argument in full):
    and their decisions is appended in order, acks=all, and awaited before the
    next batch; nothing is acknowledged to the group before that.
 3. **Time.** The ticker signs a tick per owned cluster per interval; after
-   inputs that may change the schedule a signed nudge follows at once.
+   inputs that may change the schedule the batch ends with a signed tick the
+   worker journals itself (``cycle_in_batch``), or a signed nudge through the
+   inbox follows at once.
 4. **Snapshots** every N records or T seconds, written in the background. At
    start-up the newest snapshot of every partition is restored while the group
    joins (``snapshots.Prefetcher``); a claim uses its partition's only if it
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import secrets
 import signal
 import sys
@@ -60,7 +63,8 @@ from events.limits import MAX_RECORD_BYTES
 from identity.journal_seal import HEADER_SEAL, SealCheck, seal, seal_records, trusted_keys
 from identity.keys import public_from_hex, public_of
 from scheduler import Engine
-from streams import logs, processor, snapshots, topics
+from scheduler.admission import InputRefused
+from streams import logs, processor, signing, snapshots, topics
 from streams.config import WorkerSettings, kafka_client_options
 from streams.journal import begin_offset, journal_record, read_until, reader
 from streams.liveness import Beat, Liveness, decode_beat, encode_beat, heard_at
@@ -71,6 +75,7 @@ from streams.records import (
     HEADER_INBOX_OFFSET,
     HEADER_KIND,
     HEADER_OWNER,
+    HEADER_SIGNATURE,
     INBOX,
     JOURNAL,
     KIND_CLAIM,
@@ -81,11 +86,13 @@ from streams.records import (
     Claim,
     encode_claim,
     encode_dead_letter,
+    header,
     journal_headers,
     topic,
 )
 from streams.signing import Keyring, signature_headers
-from streams.ticker import VirtualClock, make_tick, nudge_id
+from streams.ticker import VirtualClock, batch_cycle_id, make_tick, nudge_id
+from streams.verify_pool import VerifyPool
 
 # A nudge not seen back within this long is considered lost; another may be sent.
 NUDGE_TIMEOUT_S = 1.0
@@ -109,8 +116,12 @@ class FoldError(AllotError):
     """Rebuilding a partition from the journal did not end where it must."""
 
 
+@functools.lru_cache(maxsize=1024)
 def partition_for(cluster: str, partitions: int) -> int:
-    """The inbox partition of ``cluster``'s key: murmur2 like the Java client and aiokafka."""
+    """The inbox partition of ``cluster``'s key: murmur2 like the Java client and aiokafka.
+
+    Cached: the processor asks once per input (murmur2 in Python is ~20 us).
+    """
     return (murmur2(cluster.encode()) & 0x7FFFFFFF) % partitions
 
 
@@ -138,6 +149,10 @@ class PartitionState:
         self.seek_target = -1
         self.seeks = 0
         self.nudges: dict[str, float] = {}      # cluster -> when the last nudge was sent
+        # cycle_in_batch: cluster -> inbox offset of the last input since its last cycle that
+        # may change the schedule (a cycle is due), and when the next batch cycle may run.
+        self.cycle_due: dict[str, int] = {}
+        self.cycle_not_before = 0.0
         self.broken = False                     # a produce failed: rebuild from the journal
         self.foreign_checked = 0                # how many of own.foreign were read for claims
         # (how, journal offset) of the snapshot this state was rebuilt from: "prefetch" (restored
@@ -227,6 +242,7 @@ class Worker:
         self._reader: AIOKafkaConsumer | None = None
         self._prefetch: snapshots.Prefetcher | None = None
         self._processor: Processor | None = None
+        self._verify_pool: VerifyPool | None = None
         self._server: MetricsServer | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._last_commit = time.monotonic()
@@ -299,8 +315,11 @@ class Worker:
         # already runs, so a restarted worker takes the partitions its previous incarnation
         # held on the liveness fast path, as soon as that one's heartbeats lapse, instead of
         # waiting for the join (the group's assignment then joins the same claim; no fold).
+        if s.verify_processes > 0 and not s.insecure:
+            self._verify_pool = VerifyPool(s.verify_processes)
         await asyncio.gather(self._consumer.start(), self._producer.start(), self._reader.start(),
-                             self._start_liveness())
+                             self._start_liveness(),
+                             *([self._verify_pool.start()] if self._verify_pool else []))
         self._consumer.subscribe([self.inbox], listener=_Listener(self))
         if s.metrics_port >= 0:
             loop = asyncio.get_running_loop()
@@ -599,6 +618,8 @@ class Worker:
                 await self._producer.stop()
         if self._server is not None:
             self._server.stop()
+        if self._verify_pool is not None:
+            self._verify_pool.close()
         self.stopped.set()
         self.log.info("worker.stopped")
 
@@ -904,7 +925,8 @@ class Worker:
     async def _loop(self) -> None:
         assert self._consumer is not None
         while not self._stop.is_set():
-            wait_ms = 100
+            # (A batch cycle held back by cycle_busy_share runs when its time comes.)
+            wait_ms = self._cycle_wait_ms(100)
             if self._to_take:
                 taken = await self._take_pending()
                 # Just took a partition with clusters: wait for its first records (its tick)
@@ -941,7 +963,7 @@ class Worker:
                 self.log.warning("inbox.fetch_failed", detail=str(exc))
                 await asyncio.sleep(0.5)
                 continue
-            if batch:
+            if batch or self._cycles_ready():
                 async with self._lock:
                     await self._handle(batch)
             await self._commit()
@@ -955,11 +977,14 @@ class Worker:
         dead_out: list[tuple[bytes, bytes]] = []
         nudge: dict[str, tuple[int, int]] = {}   # cluster -> (partition, triggering offset)
         journaled_inbox: dict[int, int] = {}
+        in_batch = self.settings.nudge and self.settings.cycle_in_batch
+        checked = await self._check_ahead(batch) if self._verify_pool is not None else None
         for tp, msgs in batch.items():
             st = self.owned.get(tp.partition)
             if st is None or st.broken:
                 continue
             out = journal_out.setdefault(tp.partition, [])
+            due = st.cycle_due
             for m in msgs:
                 if m.offset < st.next_offset:
                     continue
@@ -981,7 +1006,7 @@ class Worker:
                 rec = InboxRecord(topic=m.topic, partition=m.partition, offset=m.offset,
                                   key=m.key, value=m.value, headers=tuple(m.headers or ()))
                 t1 = time.perf_counter()
-                outcome = proc.handle(rec, st.engines)
+                outcome = proc.handle(rec, st.engines, checked)
                 st.next_offset = m.offset + 1
                 if isinstance(outcome, Accepted):
                     ev = outcome.event
@@ -989,25 +1014,17 @@ class Worker:
                         self.metrics.cycle_seconds.labels(ev.cluster).observe(
                             time.perf_counter() - t1)
                         st.nudges.pop(ev.cluster, None)
-                    out.append((ev.cluster, outcome.value,
-                                journal_headers(KIND_INPUT, st.token, m.offset)
-                                # The producer's signature stays with the exact bytes it signed,
-                                # so `allot audit verify` can re-check it later.
-                                + signature_headers(m.headers)))
-                    for d in outcome.derived:
-                        out.append((ev.cluster, encode(d), journal_headers(KIND_DECISION, st.token)))
+                        if ev.cycle:
+                            due.pop(ev.cluster, None)
+                    # The producer's signature stays with the exact bytes it signed,
+                    # so `allot audit verify` can re-check it later.
+                    self._journal(st, out, outcome, m.offset, signature_headers(m.headers))
                     journaled_inbox[tp.partition] = m.offset
-                    engine = st.engines.get(ev.cluster)
-                    if engine is not None:
-                        runs = self.state_api.runs
-                        runs.observe(ev, engine)
-                        for d in outcome.derived:
-                            runs.observe(d, engine)
-                    self._count(self.metrics.inputs, ev.cluster, type(ev))
-                    for d in outcome.derived:
-                        self._count(self.metrics.decisions, ev.cluster, type(d))
                     if self.settings.nudge and processor.changes_schedule(outcome):
-                        nudge[ev.cluster] = (tp.partition, m.offset)
+                        if in_batch and type(ev) is not ClockTicked:
+                            due[ev.cluster] = m.offset
+                        else:
+                            nudge[ev.cluster] = (tp.partition, m.offset)
                 elif isinstance(outcome, Dead):
                     dl = outcome.letter
                     dead_out.append((dl.id.encode(), encode_dead_letter(dl)))
@@ -1018,6 +1035,24 @@ class Worker:
                     self.metrics.duplicates.inc()
                     if type(outcome.event) is ClockTicked:
                         st.nudges.pop(outcome.event.cluster, None)
+        now = time.monotonic()
+        for p, st in self.owned.items():
+            if not st.cycle_due or st.broken or now < st.cycle_not_before:
+                continue
+            out = journal_out.setdefault(p, [])
+            t_cycles = time.perf_counter()
+            for cluster, offset in st.cycle_due.items():
+                cycled = self._cycle_in_batch(st, out, cluster, offset)
+                if cycled is not None and processor.changes_schedule(cycled):
+                    nudge[cluster] = (p, offset)
+            st.cycle_due.clear()
+            # The next batch cycle waits until these cycles are at most cycle_busy_share of
+            # the worker's time since: at 20,000 pending a cycle is ~13 ms of CPU, and one per
+            # small batch would take the whole core (inputs arriving meanwhile wait for it).
+            # Wall time, not CPU: on a loaded machine a cycle also costs the time the worker
+            # waited for a core, and so does everything else it does.
+            spent = time.perf_counter() - t_cycles
+            st.cycle_not_before = now + spent * (1 / self.settings.cycle_busy_share - 1)
         await self._publish(journal_out, dead_out, journaled_inbox)
         now = time.monotonic()
         for cluster, (p, offset) in nudge.items():
@@ -1038,6 +1073,88 @@ class Worker:
         self.metrics.batch_seconds.observe(time.perf_counter() - t0)
         for st in self.owned.values():
             self._maybe_snapshot(st)
+
+    def _cycles_ready(self) -> bool:
+        """A batch cycle is due and its time has come (cycle_in_batch)."""
+        now = time.monotonic()
+        return any(st.cycle_due and not st.broken and now >= st.cycle_not_before
+                   for st in self.owned.values())
+
+    def _cycle_wait_ms(self, wait_ms: int) -> int:
+        """``wait_ms``, or less: until the earliest batch cycle held back may run."""
+        due = [st.cycle_not_before for st in self.owned.values() if st.cycle_due]
+        if not due:
+            return wait_ms
+        return max(1, min(wait_ms, int(1000 * (min(due) - time.monotonic())) + 1))
+
+    async def _check_ahead(self, batch: dict[TopicPartition, list[Any]]) -> signing.Checked:
+        """The batch's signatures that hold, verified in the verify pool against the state now."""
+        assert self._verify_pool is not None
+        jobs = []
+        for tp, msgs in batch.items():
+            st = self.owned.get(tp.partition)
+            if st is None:
+                continue
+            for m in msgs:
+                if m.value is None or m.key is None:
+                    continue
+                engine = st.engines.get(m.key.decode("utf-8", "replace"))
+                headers = tuple(m.headers or ())
+                job = signing.job(m.value, headers, self.keyring,
+                                  engine.state.principals if engine is not None else None)
+                sig_b = header(headers, HEADER_SIGNATURE)
+                if job is not None and sig_b is not None:
+                    jobs.append((sig_b, job))
+        return await self._verify_pool.check(jobs)
+
+    def _journal(self, st: PartitionState, out: list[tuple[str, bytes, list[tuple[str, bytes]]]],
+                 accepted: Accepted, inbox_offset: int | None,
+                 signature: list[tuple[str, bytes]]) -> None:
+        """Queue an accepted input and its decisions for the journal; note them (runs, metrics)."""
+        ev = accepted.event
+        out.append((ev.cluster, accepted.value,
+                    journal_headers(KIND_INPUT, st.token, inbox_offset) + signature))
+        for d in accepted.derived:
+            out.append((ev.cluster, encode(d), journal_headers(KIND_DECISION, st.token)))
+        engine = st.engines.get(ev.cluster)
+        if engine is not None:
+            runs = self.state_api.runs
+            runs.observe(ev, engine)
+            for d in accepted.derived:
+                runs.observe(d, engine)
+        self._count(self.metrics.inputs, ev.cluster, type(ev))
+        for d in accepted.derived:
+            self._count(self.metrics.decisions, ev.cluster, type(d))
+
+    def _cycle_in_batch(self, st: PartitionState,
+                        out: list[tuple[str, bytes, list[tuple[str, bytes]]]],
+                        cluster: str, offset: int) -> Accepted | None:
+        """Run ``cluster``'s cycle now: a signed tick of the worker's own, journaled after the batch.
+
+        The tick is the trusted clock's (signed with ``tick_key``, the ticker's
+        principal) and is journaled as an input with its signature, like a tick
+        read from the inbox, but without an inbox offset: the journal, not the
+        inbox, is what a replay reads. Its id comes from the trigger's inbox
+        offset, so handling the same records again derives the same tick.
+        """
+        engine = st.engines.get(cluster)
+        if engine is None:
+            return None
+        tick = make_tick(cluster, self.clock.now(cluster), self.settings.ticker_principal,
+                         self.key, event_id=batch_cycle_id(cluster, offset))
+        t0 = time.perf_counter()
+        try:
+            derived = processor.process_input(engine, tick.event)
+        except InputRefused as exc:   # (never for a well-formed tick of an owned cluster)
+            self.log.warning("cycle.refused", cluster=cluster, reason=exc.reason,
+                             detail=exc.detail)
+            return None
+        self.metrics.cycle_seconds.labels(cluster).observe(time.perf_counter() - t0)
+        if derived is None:
+            return None   # already taken (the same records handled again)
+        accepted = Accepted(event=tick.event, value=tick.value, derived=derived)
+        self._journal(st, out, accepted, None, tick.headers)
+        return accepted
 
     def _count(self, counter: Any, cluster: str, kind: type) -> None:
         """``counter{cluster, type}`` += 1, with the labelled child cached (labels() is slow)."""

@@ -17,6 +17,7 @@ def test_the_scale_benchmark_runs_at_a_tiny_size(kafka: str, tmp_path: Path,
     monkeypatch.setattr(bench_live_scale, "OUT", tmp_path)
     r = bench_live_scale.main(["--unsigned", "--pending", "300", "--rates", "200",
                                "--seconds", "1", "--broker-records", "1000", "--archive",
+                               "--restarts", "2",
                                "--bootstrap", kafka])
     run = r["unsigned"]
     assert run["fill"]["capacity_gpus"] == 10_000          # the scale-10k cluster
@@ -28,6 +29,11 @@ def test_the_scale_benchmark_runs_at_a_tiny_size(kafka: str, tmp_path: Path,
     assert churn["decided"]["n"] == 200
     assert churn["finishes"] > 0
     assert run["rss_peak_mb"] > 10
+    cold, warm = run["restart"]["runs"]
+    assert not cold["snapshot"] and cold["folded"] >= run["journal_records"] - 10
+    assert warm["snapshot"] and warm["folded"] < cold["folded"]   # restored, then the rest
+    assert 0 < warm["claim_s"] <= warm["first_input_s"]
+    assert warm["rss_mb"] > 10
     assert r["archive"]["records"] >= run["journal_records"]
     assert r["archive"]["archive_per_s"] > 0
     assert (tmp_path / "scale-results.json").is_file()
