@@ -7,6 +7,9 @@ takes from one side is checked as a whole before anything stops
 (``Guarantees.balanced``). Work the balance does not let a whole-host
 candidate take, but that borrows, may be planned on by a reservation: the
 lock-out bound (docs/simulation.md, "Fair share under overload").
+``preemption_rule = "reclaim_room"`` is the same take without those
+reservations: it runs the just-under case, the property, and a test that it
+leaves the huge-gang case waiting.
 
 The property at the end runs random workloads through the rule and checks,
 from the emitted events alone, that no reclaim leaves the preemptor's side
