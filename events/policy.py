@@ -76,7 +76,11 @@ class PolicyConfigured(Event, frozen=True, kw_only=True, tag="policy.configured"
     # side ends up no more used per guarantee than the victim's; a gang larger
     # than its guarantee may reclaim too, and a reservation may plan on any
     # borrowed work (the lock-out bound). scheduler/policy/guarantee.py.
-    preemption_rule: Literal["fair_share", "reclaim", "reclaim_balanced"] = "reclaim"
+    # "reclaim_room" (added 2026-12-07): the same take as "reclaim_balanced",
+    # without its reservations on borrowed work (no lock-out bound, a
+    # fraction of the cost; docs/simulation.md).
+    preemption_rule: Literal["fair_share", "reclaim", "reclaim_balanced",
+                             "reclaim_room"] = "reclaim"
     # How long a preempted run may take to stop (SIGTERM, then SIGKILL at the
     # end of it): its GPUs take no other work until the executor reports
     # ``workload.stopped`` or this has passed. A workload may ask for less

@@ -7,6 +7,9 @@ takes from one side is checked as a whole before anything stops
 (``Guarantees.balanced``). Work the balance does not let a whole-host
 candidate take, but that borrows, may be planned on by a reservation: the
 lock-out bound (docs/simulation.md, "Fair share under overload").
+``preemption_rule = "reclaim_room"`` is the same take without those
+reservations: it runs the just-under case, the property, and a test that it
+leaves the huge-gang case waiting.
 
 The property at the end runs random workloads through the rule and checks,
 from the emitted events alone, that no reclaim leaves the preemptor's side
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import pytest
 from core_helpers import HOUR, Sim
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,6 +28,8 @@ from hypothesis import strategies as st
 from scheduler.policy.guarantee import Guarantees
 
 BALANCED = {"preemption_rule": "reclaim_balanced", "borrowed_protection_s": 0}
+# The same take without the reservations on borrowed work (no lock-out bound).
+ROOM = {"preemption_rule": "reclaim_room", "borrowed_protection_s": 0}
 RECLAIM = {"preemption_rule": "reclaim", "borrowed_protection_s": 0}
 
 # Three equal teams.
@@ -70,10 +76,12 @@ def _just_under(rule: dict[str, object]) -> Sim:
     return s
 
 
-def test_a_side_just_under_its_guarantee_takes_from_the_side_with_most_excess() -> None:
+@pytest.mark.parametrize("rule", [BALANCED, ROOM], ids=["reclaim_balanced", "reclaim_room"])
+def test_a_side_just_under_its_guarantee_takes_from_the_side_with_most_excess(
+        rule: dict[str, object]) -> None:
     # The plain reclaim's edge: 12 + 8 > 16, so a3 reclaims nothing there. Balanced:
     # after the move lab/a holds 20, lab/b 28 (>= 16, and 20/16 <= 28/16).
-    s = _just_under(BALANCED)
+    s = _just_under(rule)
     out = _preempted(s.tick())
     assert len(out) == 1 and out[0][2] == "reclaim" and out[0][3] == "a3"
     assert str(out[0][1]).startswith("b")
@@ -126,6 +134,18 @@ def test_kueue_huge_workload_is_reserved_and_taken_within_one_tick() -> None:
     assert [[d[0] for d in out] for out in seen] == [["reserved"], ["preempted", "started"]]
     assert seen[1][0] == ("preempted", "huge", "reservation", "small", False)
     assert s.status("small") == "running"
+
+
+def test_reclaim_room_plans_no_reservation_on_the_huge_workload() -> None:
+    # The cost of "reclaim_room": without the reservations on borrowed work, the
+    # Kueue case keeps the plain reclaim's lock-out (small waits for huge to end).
+    s = Sim(hosts=9, **ROOM)
+    s.submit("huge", "lab/a", 72, HOUR, hosts=9, gpus_per_host=8)
+    s.tick()
+    s.at(5 * HOUR).submit("small", "lab/b", 16, HOUR, hosts=2, gpus_per_host=8)
+    for t in range(5 * HOUR, 7 * HOUR, 300):
+        assert [d[0] for d in s.tick(t)] == []
+    assert s.status("small") == "pending" and s.status("huge") == "running"
 
 
 def test_a_gang_larger_than_its_guarantee_is_no_longer_locked_out() -> None:
@@ -186,12 +206,13 @@ def _side_fraction(node: str) -> Fraction:
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, database=None)
-@given(st.lists(st.tuples(st.sampled_from(LEAVES), st.sampled_from(SIZES),
+@given(st.sampled_from((BALANCED, ROOM)),
+       st.lists(st.tuples(st.sampled_from(LEAVES), st.sampled_from(SIZES),
                           st.sampled_from((60, 600, HOUR)), st.sampled_from((0, 60, 300, 900))),
                 min_size=5, max_size=40))
 def test_no_reclaim_leaves_the_preemptor_more_used_than_its_victim(
-        ops: list[tuple[str, tuple[int, int], int, int]]) -> None:
-    s = Sim(THREE, hosts=3, **BALANCED)
+        rule: dict[str, object], ops: list[tuple[str, tuple[int, int], int, int]]) -> None:
+    s = Sim(THREE, hosts=3, **rule)
     held = dict.fromkeys(LEAVES, 0)  # allocated GPUs per leaf, from the events alone
     now = 0
     for i, (leaf, (gpus, hosts), min_runtime, step) in enumerate(ops):

@@ -58,7 +58,7 @@ from scheduler.policy.reservations import (
     ready_times,
     size_class,
 )
-from scheduler.policy.rules import RECLAIM, RECLAIM_RULES, BudgetRule, Due
+from scheduler.policy.rules import BALANCED_RULES, RECLAIM, RECLAIM_RULES, BudgetRule, Due
 from scheduler.policy.victims import (
     CostModel,
     HostBySpan,
@@ -167,6 +167,10 @@ class Cycle:
         # Per leaf, (hosts, GPUs per host, commitment) of searches that found no plan.
         self.failed: dict[str, list[tuple[int, int, int]]] = {}
         self.to_reserve: list[Workload] = []  # noted for a reservation, not yet worked out
+        # Under the balanced reclaim, the noted work the balance could not serve with
+        # a search to spare, whose side is under its guarantee beside a borrowing one:
+        # only its reservations are planned on borrowed work (``Guarantees.lockout``).
+        self.locked: set[str] = set()
         self._reach: dict[tuple[str, int, int, int], int] = {}  # could_start's per-leaf bound
         # _freeable's sibling sums per parent, valid at (ranking version, victims
         # left) ``_siblings_at``; a commitment or a victim stopped drops only the
@@ -180,7 +184,9 @@ class Cycle:
         self._fits_at = -1  # ... this one
         self._failures: dict[tuple[object, ...], object] | None = None  # see failures()
         self.searches_left = self.policy.preemption_searches
-        self.balanced = self.policy.preemption_rule == "reclaim_balanced"
+        self.balanced = self.policy.preemption_rule in BALANCED_RULES
+        # Reservations on borrowed work (the lock-out bound): "reclaim_balanced" only.
+        self.lockout = self.policy.preemption_rule == "reclaim_balanced"
         # Preemption takes time (policy.preemption_grace_s): a victim's GPUs stay
         # taken through its grace (State.stopping), so its preemptor starts at a
         # later cycle, once they are released. 0 (the default): at once, as ever.
@@ -209,7 +215,7 @@ class Cycle:
             self.fill_leftover()
         # 6. Lend what is left to unallocated work.
         self.lend_to_unallocated()
-        if self.balanced:
+        if self.locked:
             # Under the balanced reclaim a reservation may plan on borrowed work (the
             # lock-out bound): it changes an outcome even when no later workload would
             # have placed anything, so it is worked out in every cycle that noted one.
@@ -424,12 +430,16 @@ class Cycle:
 
     def try_allocated(self, w: Workload) -> bool:
         """Start ``w`` (fit, else preempt), or note why not; True when it started."""
+        # (Whether the search budget, not the rule, is what may stop it: see ``locked``.)
+        budget_left = self.searches_left > 0
         if self.place(w, None):
             return True
         if self.grace and w.id in self.state.stopping_for:
             return False  # waiting for its victims' GPUs: no reservation either
         if w.gpus_per_host >= self.capacity.max_gpus and self.book.note(w):
             self.to_reserve.append(w)
+            if self.lockout and budget_left and self.guarantees.may_lockout(w.budget):
+                self.locked.add(w.id)
         return False
 
     def place(self, w: Workload, rule: BudgetRule | None, budgeted: bool = True) -> bool:
@@ -630,10 +640,10 @@ class Cycle:
                 if key in failures:
                     self.book.plan(w, {})  # what a plan reaching too few hosts does: the slot back
                     continue
-            ready = ready_times(w, self.capacity, self.frees, self.rule(w, planning=True),
-                                self.stopped_now, self.now,
-                                self._sole_leaf_frees())
-            r = self.book.plan(w, ready, at_once=self.balanced)
+            lock = w.id in self.locked
+            ready = ready_times(w, self.capacity, self.frees, self.rule(w, planning=lock),
+                                self.stopped_now, self.now, self._sole_leaf_frees())
+            r = self.book.plan(w, ready, at_once=lock)
             if r is not None:
                 self.emit.reserved(w.id, r.hosts, r.until)
             elif failures is not None and key is not None and \
@@ -679,9 +689,12 @@ class Cycle:
 
     def could_free(self, w: Workload, commitment: int) -> bool:
         """A necessary condition for a search for ``w`` to succeed (see ``freeable``)."""
+        if self.balanced:
+            return self.freeable(w.budget, commitment, w.priority, w.gpus, w.gpus_per_host) >= w.gpus
         return self.freeable(w.budget, commitment, w.priority) >= w.gpus
 
-    def freeable(self, leaf: str, commitment: int, priority: int | None = None) -> int:
+    def freeable(self, leaf: str, commitment: int, priority: int | None = None,
+                 gpus: int = 0, per_host: int = 1) -> int:
         """At most how many GPUs a workload of ``leaf`` committing ``commitment`` could get.
 
         Under the fair-share rule, whether it may take a victim is decided at the
@@ -691,25 +704,51 @@ class Cycle:
         lower ``priority`` (all of them when None), plus free GPUs, bound what it
         could ever get. O(siblings along its path); kept in the failure memo
         while the cycle has not changed its world (it reads only the victim
-        index's counts, free GPUs and the order: ``failures``).
+        index's counts, free GPUs, the order and the guarantees: ``failures``).
+        Under the balanced reclaim a side gives at most its ``room`` for the
+        candidate's ``gpus``, and nothing when that is under ``per_host``
+        (``_balanced_room``): most hopeless searches end here, before the gang
+        walk. (``gpus`` 0 and ``per_host`` 1 bound every candidate of the leaf:
+        a side's room only shrinks as the candidate grows.)
         """
         idx = self.victims()
         failures = self.failures()
         if failures is None:
-            return self._freeable(idx, leaf, commitment, priority)
-        key = ("free", leaf, commitment, priority, idx.build_id)
+            return self._freeable(idx, leaf, commitment, priority, gpus, per_host)
+        key = ("free", leaf, commitment, priority, idx.build_id, gpus, per_host)
         have = failures.get(key)
         if have is None:
-            have = failures[key] = self._freeable(idx, leaf, commitment, priority)
+            have = failures[key] = self._freeable(idx, leaf, commitment, priority, gpus, per_host)
         return have  # type: ignore[return-value]
 
-    def _freeable(self, idx: VictimIndex, leaf: str, commitment: int, priority: int | None) -> int:
+    def _balanced_room(self, idx: VictimIndex, x: str, gpus: int, per_host: int) -> int:
+        """The GPUs side ``x``'s candidate on ``gpus`` GPUs could reclaim from all its siblings.
+
+        Per sibling ``y``: nothing when its ``Guarantees.node_room`` is under
+        ``per_host`` (the rule takes no victim there, ``BudgetRule._balanced_reason``),
+        else at most that room and at most its victims' GPUs (``Guarantees.balanced``
+        refuses a set taking more).
+        """
+        g = self.guarantees
+        by_node = idx.by_node
+        have = 0
+        for y in g.siblings.get(x, ()):
+            there = by_node.get(y, 0)
+            if there:
+                room = g.node_room(x, y, gpus)
+                if room >= per_host:
+                    have += room if room < there else there
+        return have
+
+    def _freeable(self, idx: VictimIndex, leaf: str, commitment: int, priority: int | None,
+                  gpus: int = 0, per_host: int = 1) -> int:
         own = idx.by_node.get(leaf, 0) if priority is None else idx.lower_priority_gpus(leaf, priority)
         have = self.capacity.total_free + idx.unallocated_gpus + own
         r = self.ranking
         use, shares = r.use, r.shares
         path = r._paths[leaf]
         reclaim = self.policy.preemption_rule in RECLAIM_RULES
+        balanced = self.balanced
         for i in range(1, len(path)):
             x = path[i]
             sx = shares[x]
@@ -719,11 +758,14 @@ class Cycle:
             # where less_used(use[x], sx, use[y], sy, commitment), i.e. whose
             # use[y] / sy exceeds q / sx: a suffix of the siblings by that ratio
             # (x itself is never in it: q / sx >= use[x] / sx).
+            if balanced:
+                have += self._balanced_room(idx, x, gpus, per_host)
+                continue
             q = use[x] + commitment
-            ratios, gpus, zero = self._siblings(idx, path[i - 1])
+            ratios, suffix, zero = self._siblings(idx, path[i - 1])
             if reclaim:  # any sibling may be borrowing: all their victims bound it
                 # (x's own are in the sums too, and are not a sibling's: less them)
-                have += zero + gpus[0] - idx.by_node.get(x, 0)
+                have += zero + suffix[0] - idx.by_node.get(x, 0)
                 continue
             lo, hi = 0, len(ratios)
             while lo < hi:
@@ -733,7 +775,7 @@ class Cycle:
                     hi = mid
                 else:
                     lo = mid + 1
-            have += zero + gpus[lo]
+            have += zero + suffix[lo]
         return have
 
     def _siblings(self, idx: VictimIndex, parent: str) -> _Sums:
@@ -1053,9 +1095,9 @@ class Cycle:
         """
         mode = self.policy.preemption_rule
         reclaim = mode in RECLAIM_RULES
-        balanced = mode == "reclaim_balanced"
         return BudgetRule(self.ranking, w, due, self.guarantees if reclaim else None,
-                          balanced=balanced, lockout=planning)
+                          balanced=mode in BALANCED_RULES,
+                          lockout=planning and mode == "reclaim_balanced")
 
     @property
     def guarantees(self) -> Guarantees:

@@ -36,7 +36,8 @@ class Guarantees:
     decides after that (``take``, ``give``).
     """
 
-    __slots__ = ("_reclaims", "_rooms", "fraction", "gpus", "held", "paths", "siblings")
+    __slots__ = ("_lockouts", "_reclaims", "_rooms", "fraction", "gpus", "held", "paths",
+                 "siblings")
 
     def __init__(self, state: State, stopped: Collection[str] = ()) -> None:
         # Answers of ``reclaims`` per (candidate leaf, GPUs), each a dict by victim
@@ -46,6 +47,9 @@ class Guarantees:
         # Answers of ``room`` per (candidate leaf, GPUs), each a dict by victim leaf;
         # the same key and lapse.
         self._rooms: dict[tuple[str, int], dict[str, int]] = {}
+        # Answers of ``lockout`` per candidate leaf, each a dict by victim leaf; the
+        # same lapse.
+        self._lockouts: dict[str, dict[str, bool]] = {}
         shape = _shape(state)
         self.gpus = state.cluster_state.capacity
         # (The tree's tables: shared by every cycle until the tree changes, only read.)
@@ -195,6 +199,26 @@ class Guarantees:
         na, da = self.fraction.get(a, (0, 1))
         return self.held.get(a, 0) * da < self.gpus * na and self.borrowing(b)
 
+    def may_lockout(self, leaf: str) -> bool:
+        """Could ``lockout(leaf, victim_leaf)`` be True for any victim leaf?
+
+        Some node on ``leaf``'s path is strictly under its guarantee while a
+        sibling of it borrows: every ``lockout`` answer is such a pair.
+        """
+        for node in self.paths.get(leaf, ()):
+            num, den = self.fraction.get(node, (0, 1))
+            if self.held.get(node, 0) * den < self.gpus * num and any(
+                    self.borrowing(s) for s in self.siblings[node]):
+                return True
+        return False
+
+    def lockout_memo(self, leaf: str) -> dict[str, bool]:
+        """The memo of ``lockout(leaf, victim_leaf)`` by victim leaf, until the next take or give."""
+        memo = self._lockouts.get(leaf)
+        if memo is None:
+            memo = self._lockouts[leaf] = {}
+        return memo
+
     def balanced(self, leaf: str, gpus: int, taken: Iterable[tuple[str, int]]) -> bool:
         """Does a victim set keep the balanced reclaim's test for every side it takes from?
 
@@ -215,6 +239,7 @@ class Guarantees:
         """Allocated work of ``leaf`` started on ``gpus`` GPUs."""
         self._reclaims = {}
         self._rooms = {}
+        self._lockouts = {}
         held = self.held
         for node in self.paths.get(leaf, ()):
             held[node] = held.get(node, 0) + gpus
@@ -223,6 +248,7 @@ class Guarantees:
         """Allocated work of ``leaf`` on ``gpus`` GPUs stopped."""
         self._reclaims = {}
         self._rooms = {}
+        self._lockouts = {}
         held = self.held
         for node in self.paths.get(leaf, ()):
             held[node] = held.get(node, 0) - gpus

@@ -24,6 +24,8 @@ The budget policy (allot) lets a candidate take:
   the cycle checks the whole set's take per side (``Guarantees.balanced``).
   Its reservation planner may also plan on any borrowed work
   (``Guarantees.lockout``), which bounds how long such a candidate waits;
+  ``preemption_rule = "reclaim_room"`` is the same take without those
+  reservations (no lock-out bound; a fraction of the cost);
 - another leaf's work, under ``preemption_rule = "fair_share"``: only when,
   at the level where their paths part, the candidate's side is still strictly
   less used per share than the victim's side after adding the candidate's own
@@ -70,7 +72,11 @@ RESERVATION = "reservation"
 RECLAIM = "reclaim"
 
 # The policy's ``preemption_rule`` values that take another leaf's work by reclaim only.
-RECLAIM_RULES = ("reclaim", "reclaim_balanced")
+RECLAIM_RULES = ("reclaim", "reclaim_balanced", "reclaim_room")
+
+# The values that reclaim by the balanced test (``Guarantees.node_room``); only
+# "reclaim_balanced" also plans reservations on borrowed work (``Guarantees.lockout``).
+BALANCED_RULES = ("reclaim_balanced", "reclaim_room")
 
 # A rule's ``span`` when it may take allocated work spread over any number of hosts.
 ANY_SPAN = 1 << 30
@@ -142,7 +148,7 @@ class BudgetRule(Rule):
     for free GPUs or for a reservation (docs/simulation.md, the limit).
     """
 
-    __slots__ = ("_by_leaf", "_rooms", "_sides", "balanced", "budget", "commitment", "due",
+    __slots__ = ("_by_leaf", "_locks", "_rooms", "_sides", "balanced", "budget", "commitment", "due",
                  "gpus", "guarantees", "hosts", "lockout", "per_host", "priority", "ranking",
                  "reclaiming")
 
@@ -190,6 +196,9 @@ class BudgetRule(Rule):
         self._rooms: dict[str, int] = (guarantees.room_memo(self.budget, self.gpus)
                                        if reclaiming and guarantees is not None
                                        and self.balanced else {})
+        # The planner's ``Guarantees.lockout`` by victim leaf, shared the same way.
+        self._locks: dict[str, bool] = (guarantees.lockout_memo(self.budget)
+                                        if self.lockout and guarantees is not None else {})
         self._by_leaf: dict[str, bool] = ranking.fair_share_memo(self.budget, self.commitment)
 
     def reclaims(self, victim_leaf: str) -> bool:
@@ -235,9 +244,12 @@ class BudgetRule(Rule):
             gpus = v.gpus
             if self.room(leaf) >= (gpus if gpus > self.per_host else self.per_host):
                 return RECLAIM
-            if self.lockout and self.guarantees is not None and self.guarantees.lockout(
-                    self.budget, leaf):
-                return RECLAIM
+            if self.lockout and self.guarantees is not None:
+                locked = self._locks.get(leaf)
+                if locked is None:
+                    locked = self._locks[leaf] = self.guarantees.lockout(self.budget, leaf)
+                if locked:
+                    return RECLAIM
         return None
 
     def fair_share(self, victim_leaf: str) -> bool:
