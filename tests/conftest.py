@@ -61,3 +61,25 @@ def _own_key_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     """
     if "ALLOT_KEY_DIR" not in os.environ:
         monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
+
+
+# The suite's longest tests (live stacks, kill -9 loops, whole scenarios), started first: with
+# ``-n N`` each process takes the next test when it is free (``--dist load``), so the long
+# ones run beside the many short ones instead of ending the run alone (longest first is
+# the classic rule for packing jobs onto a few machines). Order is not a dependency: every
+# test isolates itself (its own topic prefix, run directory and key directory).
+_LONG_FIRST = ("test_live_crash", "test_readme_walkthrough", "test_live_projections_kafka",
+               "test_live_failover", "test_live_demo", "test_bench_live_scale",
+               "test_identity_journal_seal", "test_archive_", "test_live_", "test_codec_fuzz",
+               "test_audit_derived", "test_executor_live", "test_core_properties")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.nodeid.split("::")[0].rsplit("/", 1)[-1]
+        for i, prefix in enumerate(_LONG_FIRST):
+            if name.startswith(prefix):
+                return i
+        return len(_LONG_FIRST)
+
+    items.sort(key=rank)  # (stable: the order inside each group is the collection's)

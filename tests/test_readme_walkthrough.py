@@ -16,6 +16,7 @@ jobs carry from line to line), from a directory that holds the repository's
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -84,10 +85,18 @@ def test_the_readme_walkthrough_runs_as_written(tmp_path: Path) -> None:
                                capture_output=True, timeout=90)
             screen.append(r.stdout + r.stderr)
             assert r.returncode == 0 and "Traceback" not in r.stdout + r.stderr, (line, r)
-        r = subprocess.run(["bash", "-e", "-c", walk], cwd=tmp_path, env=env, text=True,
-                           capture_output=True, timeout=300)
-        out = r.stdout + r.stderr
-        assert r.returncode == 0 and "Traceback" not in out, out
+        # Its own process group: if a step fails, bash -e exits before the block's
+        # `kill %1 %2`, and its background executor and monitor must not outlive the test.
+        walker = subprocess.Popen(["bash", "-e", "-c", walk], cwd=tmp_path, env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  start_new_session=True)
+        try:
+            stdout, stderr = walker.communicate(timeout=300)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(walker.pid, signal.SIGKILL)
+        out = stdout + stderr
+        assert walker.returncode == 0 and "Traceback" not in out, out
         screen.append(out)
     finally:
         os.killpg(up.pid, signal.SIGINT)
