@@ -46,7 +46,12 @@ def _own_run_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     A test that sets ``ALLOT_RUN_DIR`` itself keeps its own value.
     """
     if "ALLOT_RUN_DIR" not in os.environ:
-        monkeypatch.setenv("ALLOT_RUN_DIR", str(tmp_path_factory.mktemp("run")))
+        run = tmp_path_factory.mktemp("run")
+        monkeypatch.setenv("ALLOT_RUN_DIR", str(run))
+        # Tests that start verbs without any ALLOT_* variable still keep this one: the run
+        # file's fallback is $XDG_RUNTIME_DIR/allot, not the shared /tmp/allot-$UID (two
+        # such stacks in parallel test processes once refused each other there).
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
 
 
 @pytest.fixture(autouse=True)
@@ -63,11 +68,11 @@ def _own_key_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
         monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
 
 
-# The suite's longest tests (live stacks, kill -9 loops, whole scenarios), started first: with
-# ``-n N`` each process takes the next test when it is free (``--dist load``), so the long
-# ones run beside the many short ones instead of ending the run alone (longest first is
-# the classic rule for packing jobs onto a few machines). Order is not a dependency: every
-# test isolates itself (its own topic prefix, run directory and key directory).
+# The modules of the suite's longest tests (live stacks, kill -9 loops, whole scenarios),
+# collected first: ``make test`` hands each module whole to the next free process
+# (``--dist loadscope``), so the long ones start at once and run beside the many short ones
+# instead of ending the run alone (longest first is the classic rule for packing jobs onto a
+# few machines). Within a module the order stays as written.
 _LONG_FIRST = ("test_live_crash", "test_readme_walkthrough", "test_live_projections_kafka",
                "test_live_failover", "test_live_demo", "test_bench_live_scale",
                "test_identity_journal_seal", "test_archive_", "test_live_", "test_codec_fuzz",
