@@ -138,7 +138,7 @@ class CostModel:
         """Every lasting effect of costing a workload of ``budget`` (``of``), without the cost.
 
         The cost itself is only a memo (a later ``of`` computes the same from the
-        keep value fixed here); what lasts is the keep value and the budgets_asked entry.
+        keep value fixed here); what lasts is the keep value and the entry in ``budgets_asked``.
         """
         if self.budgets_asked is not None:
             self.budgets_asked.add(budget)
@@ -694,7 +694,7 @@ class VictimIndex:
         free_of = capacity.free
         bound = self.victim_gpus
         stopped_now = self.stopped_now
-        anyone_gone = bool(stopped_now)  # (mostly not: then no set lookup per victim)
+        anyone_stopped = bool(stopped_now)  # (mostly not: then no set lookup per victim)
         asked: list[str] = []
         for least, host, victims in self.hosts_by_span:
             if least > span:
@@ -708,7 +708,7 @@ class VictimIndex:
             for v in victims:
                 if v.span <= span:
                     w = v.w
-                    if not (anyone_gone and w.id in stopped_now) and eligible.reason(w) is not None:
+                    if not (anyone_stopped and w.id in stopped_now) and eligible.reason(w) is not None:
                         have += _gpus_on(v, host)
                         asked.append(w.budget)
             if have >= deficit:
@@ -894,14 +894,14 @@ class VictimIndex:
         free = capacity.free
         bound = self.victim_gpus
         stopped_now = self.stopped_now
-        anyone_gone = bool(stopped_now)  # (mostly not: then no set lookup per victim)
+        anyone_stopped = bool(stopped_now)  # (mostly not: then no set lookup per victim)
         # A rule kept to its own leaf readies a whole host only where every other
-        # piece of work is its to take: with nobody stopped_now, only the hosts of
+        # piece of work is its to take: with nobody stopped in this cycle, only the hosts of
         # ``sole_leaf`` (scheduler/index/sole_leaf.py) can pass; the walk of each is
         # the same. (Whole hosts: ``per_host`` at least any host's GPUs.)
         own = eligible.own_leaf
         scans: tuple[list[HostBySpan], ...] = (self.hosts_by_span,)
-        if (own is not None and self.sole_leaf is not None and not anyone_gone
+        if (own is not None and self.sole_leaf is not None and not anyone_stopped
                 and per_host >= capacity.max_gpus):
             scans = self.sole_leaf(self.on_host, self.hosts_by_span).lights(own)
         for scan in scans:
@@ -913,7 +913,7 @@ class VictimIndex:
                         or (barred is not None and h in barred)):
                     continue  # (counted above; not even all its victims would do; or barred)
                 for v in victims:
-                    if (v.span <= span and not (anyone_gone and v.w.id in stopped_now)
+                    if (v.span <= span and not (anyone_stopped and v.w.id in stopped_now)
                             and eligible.reason(v.w) is not None):
                         have += _gpus_on(v, h)
                         if have >= per_host:
