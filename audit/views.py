@@ -233,7 +233,7 @@ class _scoped_events:
                 raise
 
 
-def _derive_run(con: duckdb.DuckDBPyConnection, run: str) -> None:
+def derive_run_rows(con: duckdb.DuckDBPyConnection, run: str) -> None:
     """Compute run's derived rows from its events and replace them (in the caller's transaction).
 
     Each ``_derived_<view>`` result goes straight into derived_<view>; the
@@ -295,7 +295,7 @@ def refresh_derived(con: duckdb.DuckDBPyConnection, runs: Iterable[str] | None =
                 con.execute(f"DELETE FROM {main}.{SKIPPED_LINES} WHERE run = ?", [run])
     stale = stale_runs(con, runs)
     for run in stale:
-        _in_transaction(con, lambda r=run: _derive_run(con, r))
+        _in_transaction(con, lambda r=run: derive_run_rows(con, r))
     return stale
 
 
@@ -332,8 +332,8 @@ def forget_run(con: duckdb.DuckDBPyConnection, run: str) -> None:
 
 
 def derive_run(con: duckdb.DuckDBPyConnection, run: str) -> None:
-    """Derive run's rows in a transaction of their own (see ``_derive_run``)."""
-    _in_transaction(con, lambda: _derive_run(con, run))
+    """Derive run's rows in a transaction of their own (see ``derive_run_rows``)."""
+    _in_transaction(con, lambda: derive_run_rows(con, run))
 
 
 def _in_transaction(con: duckdb.DuckDBPyConnection, fn: Any) -> None:

@@ -69,13 +69,16 @@ MODULES: tuple[str, ...] = (
     "scheduler/policy/baseline.py",
     "scheduler/policy/cycle.py",
     "scheduler/policy/fair_share.py",
+    "scheduler/policy/guarantee.py",
     "scheduler/policy/placement.py",
     "scheduler/policy/reservations.py",
     "scheduler/policy/rules.py",
     "scheduler/policy/victims.py",
     "scheduler/index/fair_share_order.py",
     "scheduler/index/host_free_times.py",
+    "scheduler/index/sibling_sums.py",
     "scheduler/index/sole_leaf.py",
+    "scheduler/index/victim_index.py",
 )
 # Sources the compiled code was checked against: a change to any of them makes a build stale.
 HASHED_PACKAGES = ("events", "projections", "scheduler")

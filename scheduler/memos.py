@@ -22,10 +22,10 @@ if TYPE_CHECKING:
     from events import PolicyConfigured
     from scheduler.index.fair_share_order import FairShareBase, _Shape
     from scheduler.index.host_free_times import HostFreeTimes
+    from scheduler.index.sibling_sums import CarriedSums
     from scheduler.index.sole_leaf import SoleLeafFrees, SoleLeafVictims
-    from scheduler.policy.cycle import _CarriedSums
+    from scheduler.index.victim_index import HostBySpan, VictimIndex
     from scheduler.policy.guarantee import GuaranteeShape
-    from scheduler.policy.victims import HostBySpan, VictimIndex
 
 # The world failed searches were recorded in: running set, host health, GPUs present,
 # budget tree, fair-share time, policy.
@@ -40,7 +40,7 @@ class Memos:
                  "victims")
 
     def __init__(self) -> None:
-        # Each leaf with pending work and its count of active ancestors (``Ranking.activate``).
+        # Each leaf with pending work and its count of active ancestors (``fair_share_order.activate_waiting``).
         # Key: (the leaves with pending work, the budget's version); lapse: either changes.
         self.active: tuple[tuple[tuple[str, ...], int], dict[str, int]] | None = None
         # The baseline's non-preemptible GPUs per team. Key: (running set version, budget
@@ -61,9 +61,9 @@ class Memos:
         # Each budget node's guaranteed fraction, path and siblings. Key: the tree's
         # ``Structure`` object; lapse: a new structure.
         self.guarantee_shape: GuaranteeShape | None = None
-        # Sibling sums of victims by usage per share (``Cycle._siblings``). Key: the
+        # Sibling sums of victims by usage per share (scheduler/index/sibling_sums.py). Key: the
         # objects they were summed from (usage, victim counts, tree); lapse: another object.
-        self.siblings: _CarriedSums | None = None
+        self.siblings: CarriedSums | None = None
         # Hosts by the one leaf whose allocated work they hold (scheduler/index/sole_leaf.py),
         # of the frees and of the victim index. Key: the ``HostFreeTimes`` object, the index's
         # ``on_host`` object; lapse: another object.

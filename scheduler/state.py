@@ -112,7 +112,7 @@ class State:
         self.grace_asked: dict[str, int] = {}
         # Who may sign inputs, with which keys and roles (read by the edge's authorisation).
         self.principals = PrincipalRegistry()
-        self._fold: dict[type, Callable[[Any], None]] = {
+        self.folds: dict[type, Callable[[Any], None]] = {
             PolicyConfigured: self._policy,
             BudgetNodeDefined: self._node_defined,
             BudgetSharesSet: self._shares_set,
@@ -165,7 +165,7 @@ class State:
     def fold(self, event: Event) -> None:
         """Fold a fact already recorded: a decision, or an input validation accepted."""
         kind = type(event)
-        self._fold[kind](event)
+        self.folds[kind](event)
         if kind is not ClockTicked:
             self.version += 1
 
@@ -402,7 +402,7 @@ def _noop(event: Event) -> None:
 
 def _check_fold_table() -> None:
     """Every event type has a fold: fail at import, not at the first event of a new type."""
-    missing = [t.__name__ for t in ALL_TYPES if t not in State("check")._fold]
+    missing = [t.__name__ for t in ALL_TYPES if t not in State("check").folds]
     if missing:  # pragma: no cover - a programming error, caught by the first import
         raise TypeError(f"State has no fold for {', '.join(missing)}")
 

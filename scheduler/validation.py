@@ -60,7 +60,7 @@ def validate(state: State, e: Event) -> Verdict:
         return Reject(_REJECTION_KIND.get(kind, "input"), InputReason.FUTURE_TIME,
                       f"at={e.at} is more than clock_skew_s={state.policy.clock_skew_s} s "
                       f"after the scheduler's clock ({state.now})")
-    return _CHECKS[kind](state, e)
+    return CHECKS[kind](state, e)
 
 
 def _policy(state, e: PolicyConfigured) -> Verdict:
@@ -362,7 +362,7 @@ _REJECTION_KIND: dict[type, str] = {
     BudgetSharesSet: "budget",
 }
 
-_CHECKS: dict[type, Any] = {
+CHECKS: dict[type, Any] = {
     PolicyConfigured: _policy,
     BudgetNodeDefined: _node_defined,
     BudgetSharesSet: _shares_set,
@@ -382,7 +382,7 @@ _CHECKS: dict[type, Any] = {
 
 def _check_table() -> None:
     """Every input type has a check: fail at import, never accept a new type unchecked."""
-    missing = [t.__name__ for t in INPUT_TYPES if t not in _CHECKS]
+    missing = [t.__name__ for t in INPUT_TYPES if t not in CHECKS]
     if missing:  # pragma: no cover - a programming error, caught by the first import
         raise TypeError(f"validation has no check for {', '.join(missing)}")
 

@@ -220,9 +220,9 @@ class Simulation:
     def run(self, progress: Callable[[int, int], None] | None = None) -> SimResult:
         """Simulate to the horizon; ``progress(sim_seconds_done, horizon)`` is called as it goes."""
         with _fewer_collections():
-            return self._run(progress)
+            return self.run_loop(progress)
 
-    def _run(self, progress: Callable[[int, int], None] | None) -> SimResult:
+    def run_loop(self, progress: Callable[[int, int], None] | None) -> SimResult:
         wall0 = time.perf_counter()
         sc = self.scenario
         epoch, horizon = sc.epoch, sc.horizon_s

@@ -330,19 +330,19 @@ def test_a_run_whose_derivation_failed_is_derived_again(tmp_path: Path,
     import audit.views
 
     con = loaded(tmp_path, r=two_teams().events)
-    real = audit.views._derive_run
+    real = audit.views.derive_run_rows
 
     def broken(con: duckdb.DuckDBPyConnection, run: str) -> None:
         raise RuntimeError("derivation failed")
 
-    monkeypatch.setattr(audit.views, "_derive_run", broken)
+    monkeypatch.setattr(audit.views, "derive_run_rows", broken)
     with pytest.raises(RuntimeError, match="derivation failed"):
         load_log(con, write_log(tmp_path, "r", faulted_host().events), replace=True)
     # The new events are in, the old derived rows are gone, and the run is stale.
     assert con.execute("SELECT count(*) FROM events").fetchone() == (len(faulted_host().events),)
     assert con.execute("SELECT count(*) FROM workloads").fetchone() == (0,)
     assert stale_runs(con) == ["r"]
-    monkeypatch.setattr(audit.views, "_derive_run", real)
+    monkeypatch.setattr(audit.views, "derive_run_rows", real)
     assert summary(con, "r")["preemptions"] == {"host_drain": 1}
     assert_derived_equals_plain(con)
 

@@ -1,6 +1,6 @@
-"""The cycle's sibling sums (``Cycle._siblings``) kept across commitments, victims gone and cycles are exact.
+"""The cycle's sibling sums (scheduler/index/sibling_sums.py) kept across commitments, victims gone and cycles are exact.
 
-``_siblings`` keeps, per parent, the sorted (usage, share) of its children holding
+``SiblingSums`` keeps, per parent, the sorted (usage, share) of its children holding
 victims and the suffix sums of their GPUs. A commitment or a victim gone drops
 only the parents it changes, and a cycle that starts at the same usage and victim
 counts takes over the last one's entries (the state memo). These tests run whole
@@ -16,15 +16,13 @@ from fractions import Fraction
 import pytest
 from sim_helpers import shipped_log
 
-from scheduler.policy import cycle as cycle_mod
-from scheduler.policy.victims import VictimIndex
+from scheduler.index.fair_share_order import Ranking
+from scheduler.index.sibling_sums import SiblingSums, Sums
+from scheduler.index.victim_index import VictimIndex
 
-Sums = tuple[list[tuple[int, int]], list[int], int]
 
-
-def _fresh(cycle: cycle_mod.Cycle, idx: VictimIndex, parent: str) -> Sums:
+def _fresh(r: Ranking, idx: VictimIndex, parent: str) -> Sums:
     """``parent``'s sibling sums built from scratch (exact ratios, a stable sort, plain sums)."""
-    r = cycle.ranking
     ranked: list[tuple[Fraction, int, int, int]] = []
     zero = 0
     for y in r.children[parent]:
@@ -52,34 +50,32 @@ class Counts:
 @pytest.fixture
 def counts(monkeypatch: pytest.MonkeyPatch) -> Counts:
     c = Counts()
-    real = cycle_mod.Cycle._siblings
-    carried = cycle_mod.Cycle._carried_sums
-    moved = cycle_mod.Cycle._sums_moved
+    real, carried, moved = SiblingSums.of, SiblingSums.take_over, SiblingSums.moved
     # Every entry handed out, by id (held, so an id is never reused): one handed
     # out again was kept, not built.
     seen: dict[int, object] = {}
 
-    def checked(self, idx, parent):  # type: ignore[no-untyped-def]
-        got = real(self, idx, parent)
-        assert got == _fresh(self, idx, parent), (parent, self.ranking.version, idx.size)
+    def checked(self, parent, r, idx, stopped_any):  # type: ignore[no-untyped-def]
+        got = real(self, parent, r, idx, stopped_any)
+        assert got == _fresh(r, idx, parent), (parent, r.version, idx.size)
         c.reads += 1
         if seen.get(id(got)) is not got:
             c.built += 1
             seen[id(got)] = got
         return got
 
-    def carry(self, r, idx):  # type: ignore[no-untyped-def]
-        got = carried(self, r, idx)
+    def carry(self, r, idx, stopped_any):  # type: ignore[no-untyped-def]
+        got = carried(self, r, idx, stopped_any)
         c.carried += bool(got)
         return got
 
-    def move(self, nodes, was):  # type: ignore[no-untyped-def]
-        moved(self, nodes, was)
-        c.moved += bool(self._sibling_sums)
+    def move(self, nodes, was, parent, now):  # type: ignore[no-untyped-def]
+        moved(self, nodes, was, parent, now)
+        c.moved += bool(self.sums)
 
-    monkeypatch.setattr(cycle_mod.Cycle, "_siblings", checked)
-    monkeypatch.setattr(cycle_mod.Cycle, "_carried_sums", carry)
-    monkeypatch.setattr(cycle_mod.Cycle, "_sums_moved", move)
+    monkeypatch.setattr(SiblingSums, "of", checked)
+    monkeypatch.setattr(SiblingSums, "take_over", carry)
+    monkeypatch.setattr(SiblingSums, "moved", move)
     return c
 
 
@@ -94,23 +90,17 @@ def test_every_kept_sibling_sum_is_the_one_built_afresh(name: str, days: float |
         assert counts.moved > 100, "no commitment or victim gone kept the other parents' sums"
 
 
-def _bare_cycle(use: dict[str, int], shares: dict[str, int], by_node: dict[str, int],
-                children: list[str]) -> tuple[cycle_mod.Cycle, VictimIndex]:
-    """A cycle holding only what ``_siblings`` reads, under a parent ``p`` with ``children``."""
+def _bare(use: dict[str, int], shares: dict[str, int], by_node: dict[str, int],
+          children: list[str]) -> tuple[SiblingSums, Ranking, VictimIndex]:
+    """Sibling sums and only what they read, under a parent ``p`` with ``children``."""
     from types import SimpleNamespace
 
     from scheduler.memos import Memos
 
-    cycle = cycle_mod.Cycle.__new__(cycle_mod.Cycle)
-    cycle._ranking = SimpleNamespace(version=0, use=use, shares=shares,  # type: ignore[assignment]
-                                     children={"p": children}, parent={})
-    cycle.state = SimpleNamespace(memos=Memos())  # type: ignore[assignment]
-    cycle.stopped_now = set()
-    cycle._sibling_sums = {}
-    cycle._siblings_at = (-1, -1)
-    cycle._sums_shared = False
+    sums = SiblingSums(SimpleNamespace(memos=Memos()))  # type: ignore[arg-type]
+    r = SimpleNamespace(version=0, use=use, shares=shares, children={"p": children}, parent={})
     idx = SimpleNamespace(size=len(by_node), by_node=by_node)
-    return cycle, idx  # type: ignore[return-value]
+    return sums, r, idx  # type: ignore[return-value]
 
 
 @pytest.mark.parametrize("n", [2, 3, 5, 16, 17, 40])
@@ -124,15 +114,15 @@ def test_sibling_order_keeps_ties_in_children_order(n: int) -> None:
     shares = {y: rng.choice([1, 2, 3, 4]) for y in kids}
     use = {y: shares[y] * rng.choice([0, 1, 2, 2, 3]) for y in kids}  # many equal ratios
     by_node = {y: rng.randint(1, 100) for y in kids}
-    cycle, idx = _bare_cycle(use, shares, by_node, kids)
-    got = cycle._siblings(idx, "p")
-    assert got == _fresh(cycle, idx, "p")
+    sums, r, idx = _bare(use, shares, by_node, kids)
+    got = sums.of("p", r, idx, False)
+    assert got == _fresh(r, idx, "p")
     ratios = [Fraction(u, s) for u, s in got[0]]
     assert ratios == sorted(ratios) and (n == 2 or len(set(ratios)) < n)  # (ties really met)
 
 
 def test_sibling_order_of_a_tie_is_the_children_order() -> None:
     kids = ["a", "b", "c"]
-    cycle, idx = _bare_cycle({"a": 2, "b": 4, "c": 1}, {"a": 1, "b": 2, "c": 1},
-                             {"a": 1, "b": 10, "c": 100}, kids)
-    assert cycle._siblings(idx, "p") == ([(1, 1), (2, 1), (4, 2)], [111, 11, 10, 0], 0)
+    sums, r, idx = _bare({"a": 2, "b": 4, "c": 1}, {"a": 1, "b": 2, "c": 1},
+                         {"a": 1, "b": 10, "c": 100}, kids)
+    assert sums.of("p", r, idx, False) == ([(1, 1), (2, 1), (4, 2)], [111, 11, 10, 0], 0)

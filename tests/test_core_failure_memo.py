@@ -15,8 +15,8 @@ from __future__ import annotations
 import pytest
 from sim_helpers import shipped_log
 
+from scheduler.index.victim_index import VictimIndex
 from scheduler.policy import cycle as cycle_mod
-from scheduler.policy import victims as victims_mod
 from scheduler.policy.victims import CostModel
 
 
@@ -31,29 +31,29 @@ class Counts:
 @pytest.fixture
 def counts(monkeypatch: pytest.MonkeyPatch) -> Counts:
     c = Counts()
-    ask, real, plan = cycle_mod.Cycle.search, victims_mod.VictimIndex.search, cycle_mod.ready_times
-    recheck = victims_mod.VictimIndex.recheck
+    ask, real, plan = cycle_mod.Cycle.search, cycle_mod.cheapest_plan, cycle_mod.ready_times
+    recheck = cycle_mod.fails_again
 
     def asked(self, *a, **k):  # type: ignore[no-untyped-def]
         c.asked += 1
         return ask(self, *a, **k)
 
-    def searched(self, *a, **k):  # type: ignore[no-untyped-def]
+    def searched(*a, **k):  # type: ignore[no-untyped-def]
         c.searched += 1
-        return real(self, *a, **k)
+        return real(*a, **k)
 
     def planned(*a, **k):  # type: ignore[no-untyped-def]
         c.planned += 1
         return plan(*a, **k)
 
-    def rechecked(self, *a, **k):  # type: ignore[no-untyped-def]
-        out = recheck(self, *a, **k)
+    def rechecked(*a, **k):  # type: ignore[no-untyped-def]
+        out = recheck(*a, **k)
         c.held += out is not None
         return out
 
     monkeypatch.setattr(cycle_mod.Cycle, "search", asked)
-    monkeypatch.setattr(victims_mod.VictimIndex, "recheck", rechecked)
-    monkeypatch.setattr(victims_mod.VictimIndex, "search", searched)
+    monkeypatch.setattr(cycle_mod, "fails_again", rechecked)
+    monkeypatch.setattr(cycle_mod, "cheapest_plan", searched)
     monkeypatch.setattr(cycle_mod, "ready_times", planned)
     return c
 
@@ -78,15 +78,15 @@ def test_a_recheck_that_ignores_new_victims_changes_the_log(monkeypatch: pytest.
     """The re-checks decide real cases: trusting every earlier failure would change decisions.
 
     (So the comparison above, with and without the memo, is a test of
-    ``VictimIndex.recheck``, not of searches that would fail anyway.)
+    ``victims.fails_again``, not of searches that would fail anyway.)
     """
     # Under the fair-share rule, where protections ending on busy hosts decide
     # most searches (under the default reclaim rule these two days happen not
     # to depend on a re-check).
     old_rule = {"preemption_rule": "fair_share", "borrowed_protection_s": None}
     right = shipped_log("ai2-month-heavy", 2.0, **old_rule)
-    monkeypatch.setattr(victims_mod.VictimIndex, "recheck",
-                        lambda self, kind, seen, *a, **k: (kind, seen, set()))
+    monkeypatch.setattr(cycle_mod, "fails_again",
+                        lambda idx, kind, seen, *a, **k: (kind, seen, set()))
     assert shipped_log("ai2-month-heavy", 2.0, **old_rule) != right
 
 
@@ -106,7 +106,7 @@ def test_priming_fixes_the_keep_value_as_costing_would() -> None:
     assert budgets_asked == set(), "fixing a keep value is not costing"
 
 
-def _freeable_by_loop(cycle: cycle_mod.Cycle, idx: victims_mod.VictimIndex, leaf: str,
+def _freeable_by_loop(cycle: cycle_mod.Cycle, idx: VictimIndex, leaf: str,
                       commitment: int, priority: int | None) -> int:
     """The preemption bound as a walk over every sibling (what ``_siblings`` replaces)."""
     from scheduler.policy.fair_share import less_used
@@ -115,7 +115,7 @@ def _freeable_by_loop(cycle: cycle_mod.Cycle, idx: victims_mod.VictimIndex, leaf
     own = by_node.get(leaf, 0) if priority is None else idx.lower_priority_gpus(leaf, priority)
     have = cycle.capacity.total_free + idx.unallocated_gpus + own
     r = cycle.ranking
-    path = r._paths[leaf]
+    path = r.paths[leaf]
     # Under reclaim any sibling may be borrowing: every sibling's victims count.
     reclaim = cycle.policy.preemption_rule == "reclaim"
     for i in range(1, len(path)):
@@ -135,17 +135,18 @@ def _freeable_by_loop(cycle: cycle_mod.Cycle, idx: victims_mod.VictimIndex, leaf
 def test_the_bound_from_sorted_sibling_sums_is_the_walk_over_siblings(
         monkeypatch: pytest.MonkeyPatch, name: str, days: float | None, rule: str) -> None:
     """Every preemption bound a run asks for equals the sum over siblings it replaces."""
-    real = cycle_mod.Cycle._freeable
+    real = cycle_mod.Cycle.freeable
     asked: list[int] = []
 
-    def checked(self, idx, leaf, commitment, priority, gpus=0, per_host=1):  # type: ignore[no-untyped-def]
+    def checked(self, leaf, commitment, priority=None, gpus=0, per_host=1):  # type: ignore[no-untyped-def]
         # (gpus and per_host matter only under the balanced rules, not run here.)
-        got = real(self, idx, leaf, commitment, priority, gpus, per_host)
-        assert got == _freeable_by_loop(self, idx, leaf, commitment, priority), (leaf, commitment)
+        got = real(self, leaf, commitment, priority, gpus, per_host)
+        assert got == _freeable_by_loop(self, self.victims(), leaf, commitment, priority), \
+            (leaf, commitment)
         asked.append(commitment)
         return got
 
-    monkeypatch.setattr(cycle_mod.Cycle, "_freeable", checked)
+    monkeypatch.setattr(cycle_mod.Cycle, "freeable", checked)
     shipped_log(name, days, preemption_rule=rule)
     assert len(asked) > 1000
     assert len(set(asked)) > 50  # many commitments, not one

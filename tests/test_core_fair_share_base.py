@@ -3,7 +3,7 @@
 A cycle's order starts from the usage at the fair-share instant plus the
 running allocated work's commitments. Inside one instant the base is advanced
 by replaying the running set's journal (``WorkloadsProjection.moves``), and to
-a later instant it is moved (``FairShareBase._move_to``), instead of being
+a later instant it is moved (``FairShareBase.move_to``), instead of being
 rebuilt. These tests run whole scenarios and, at every order a cycle builds,
 demand that the kept base equals a fresh one: the same commitments, the same
 sums at every node, and every level it kept sorted in the order a plain sort
@@ -104,14 +104,14 @@ def test_an_advanced_base_equals_a_fresh_one(name: str, days: float | None,
 
 def test_a_base_that_keeps_stale_levels_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A mutant that never re-sorts the levels above a moved leaf must show up as wrong levels."""
-    advance = FairShareBase._advance
+    advance = FairShareBase.advance
 
     def keeps_everything(self: FairShareBase, moves: list[object], parent: dict[str, str | None]) -> None:
         sorted_levels = self.sorted_levels
         advance(self, moves, parent)  # type: ignore[arg-type]
         self.sorted_levels = sorted_levels
 
-    monkeypatch.setattr(FairShareBase, "_advance", keeps_everything)
+    monkeypatch.setattr(FairShareBase, "advance", keeps_everything)
     seen = _watch(monkeypatch)
     shipped_log("ai2-month", 1.0)
     assert any(w.startswith("level") for w in seen.wrong)
@@ -119,14 +119,14 @@ def test_a_base_that_keeps_stale_levels_is_caught(monkeypatch: pytest.MonkeyPatc
 
 def test_a_moved_base_that_keeps_stale_levels_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A mutant that keeps every sorted level across instants must show up as wrong levels."""
-    move_to = FairShareBase._move_to
+    move_to = FairShareBase.move_to
 
     def keeps_everything(self: FairShareBase, state: State, fs: int, moves: list[object]) -> None:
         sorted_levels = dict(self.sorted_levels)
         move_to(self, state, fs, moves)  # type: ignore[arg-type]
         self.sorted_levels = sorted_levels
 
-    monkeypatch.setattr(FairShareBase, "_move_to", keeps_everything)
+    monkeypatch.setattr(FairShareBase, "move_to", keeps_everything)
     seen = _watch(monkeypatch)
     shipped_log("ai2-month", 1.0)
     assert any(w.startswith("level") for w in seen.wrong)
@@ -138,7 +138,7 @@ def test_a_moved_base_that_keeps_old_terms_is_caught(monkeypatch: pytest.MonkeyP
     def stays(self: FairShareBase, state: State, fs: int, moves: list[object]) -> None:
         self.fs = fs
 
-    monkeypatch.setattr(FairShareBase, "_move_to", stays)
+    monkeypatch.setattr(FairShareBase, "move_to", stays)
     seen = _watch(monkeypatch)
     shipped_log("ai2-month", 0.5)
     assert any(w.startswith("sums") for w in seen.wrong)
@@ -193,7 +193,7 @@ def test_the_pruned_walk_keeps_the_full_walks_order(seed: int) -> None:
 def test_the_fair_share_memo_key_is_the_base(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every order of a run asks the base (so the checks above see every order)."""
     calls = []
-    real = ranking_mod._fair_share_base
-    monkeypatch.setattr(ranking_mod, "_fair_share_base", lambda st: calls.append(1) or real(st))
+    real = ranking_mod.fair_share_base
+    monkeypatch.setattr(ranking_mod, "fair_share_base", lambda st: calls.append(1) or real(st))
     shipped_log("demo", None)
     assert calls

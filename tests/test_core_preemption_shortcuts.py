@@ -1,7 +1,7 @@
 """The victim search's shortcuts give the full search's answer and lasting effects.
 
 A single-host search decides most failures without a cost or a plan
-(``VictimIndex._covered_nowhere``) and then repeats the failing full search's
+(``victims.cheapest_plan``, before any cost) and then repeats the failing full search's
 one lasting effect, the keep values fixed by the costs it would have asked
 (``CostModel.ask``); past a plan made of unallocated work, it asks for
 allocated victims without working out costs that cannot matter, and keeps a
@@ -30,10 +30,18 @@ import pytest
 from sim_helpers import shipped_log
 
 from projections.workloads import Workload
+from scheduler.index.victim_index import Victim, VictimIndex
+from scheduler.policy import baseline as baseline_mod
+from scheduler.policy import cycle as cycle_mod
 from scheduler.policy import victims as victims_mod
 from scheduler.policy.placement import Capacity
 from scheduler.policy.rules import ANY_SPAN, Rule
-from scheduler.policy.victims import CostModel, Plan, VictimIndex, flat_costs
+from scheduler.policy.victims import CostModel, Miss, Plan, flat_costs
+
+# The search's answer: a plan, a miss whatever the costs, or None.
+Found = Plan | Miss | None
+# The policies' modules that call the search (each binds ``cheapest_plan`` by name).
+CALLERS = (cycle_mod, baseline_mod)
 
 
 @dataclass
@@ -63,14 +71,15 @@ class _Spanned(Rule):
 
 def _spanned(monkeypatch: pytest.MonkeyPatch, span: int) -> None:
     """Every search from now on asks its rule with ``span`` instead of the rule's own."""
-    search = VictimIndex.search
+    search = victims_mod.cheapest_plan
 
-    def respanned(self: VictimIndex, hosts: int, per_host: int, ends_by: int, capacity: Capacity,
-                  eligible: Rule, who: str = "", costs: CostModel | None = None) -> Plan | None:
+    def respanned(idx: VictimIndex, hosts: int, per_host: int, ends_by: int, capacity: Capacity,
+                  eligible: Rule, who: str = "", costs: CostModel | None = None) -> Found:
         spanned = _Spanned(eligible, span)
-        return search(self, hosts, per_host, ends_by, capacity, spanned, who, costs)
+        return search(idx, hosts, per_host, ends_by, capacity, spanned, who, costs)
 
-    monkeypatch.setattr(VictimIndex, "search", respanned)
+    for module in CALLERS:
+        monkeypatch.setattr(module, "cheapest_plan", respanned)
 
 
 def _copy(costs: CostModel) -> CostModel:
@@ -81,17 +90,19 @@ def _copy(costs: CostModel) -> CostModel:
     return twin
 
 
-def _view(idx: VictimIndex, plan: Plan | None) -> tuple[object, ...]:
-    if plan is None:
-        return (None, idx.exact_fail, idx.fail_kind, idx.fail_hosts)
-    return (plan.hosts, [(v.w.id, why) for v, why in plan.victims], plan.cost)
+def _view(found: Found) -> tuple[object, ...]:
+    if found is None:
+        return (None, False, "", frozenset())
+    if isinstance(found, Miss):
+        return (None, True, found.kind, found.hosts)
+    return (found.hosts, [(v.w.id, why) for v, why in found.victims], found.cost)
 
 
 def _walk(idx: VictimIndex, per_host: int, capacity: Capacity, barred: set[str] | None,
           eligible: Rule, costs: CostModel) -> Plan | None:
     """The single-host search as first written: every candidate host by name, no kept minimums."""
-    best: tuple[tuple[int, int, str], list[tuple[victims_mod.Victim, str]]] | None = None
-    for host in idx._candidates(capacity, per_host):
+    best: tuple[tuple[int, int, str], list[tuple[Victim, str]]] | None = None
+    for host in idx.candidates(capacity, per_host):
         victims = idx.on_host.get(host)
         if victims is None or (barred and host in barred):
             continue
@@ -105,9 +116,9 @@ def _walk(idx: VictimIndex, per_host: int, capacity: Capacity, barred: set[str] 
         live = [v for v in victims if v.w.id not in idx.stopped_now]
         if best is not None and all(costs.of(v.w) > best[0][0] for v in live):
             continue
-        items = [(v, victims_mod._gpus_on(v, host), costs.of(v.w), why)
+        items = [(v, victims_mod.gpus_on(v, host), costs.of(v.w), why)
                  for v in live if (why := eligible(v.w)) is not None]
-        found = victims_mod._cover(items, deficit) if items else None
+        found = victims_mod.cheapest_cover(items, deficit) if items else None
         if found is not None and (best is None or (found[0], free, host) < best[0]):
             best = ((found[0], free, host), [(items[i][0], items[i][3]) for i in found[1]])
     return None if best is None else Plan([best[0][2]], best[1], best[0][0])
@@ -116,16 +127,13 @@ def _walk(idx: VictimIndex, per_host: int, capacity: Capacity, barred: set[str] 
 def _full(idx: VictimIndex, hosts: int, per_host: int, ends_by: int, capacity: Capacity,
           eligible: Rule, who: str, costs: CostModel) -> tuple[object, ...]:
     """The full search's answer, on ``costs`` (a copy), leaving the index as it found it."""
-    idx.exact_fail, idx.fail_kind, idx.fail_hosts = False, "", frozenset()
-    if hosts > 1:
-        plan = idx._search_gang(hosts, per_host, ends_by, capacity, _Spanned(eligible, ANY_SPAN),
-                                who, costs)
-        return _view(idx, plan)
+    if hosts > 1:  # (a gang's search, every victim offered to the rule)
+        return _view(victims_mod.cheapest_plan(idx, hosts, per_host, ends_by, capacity,
+                                               _Spanned(eligible, ANY_SPAN), who, costs))
     barred = capacity.barred(ends_by, who) if capacity.reserved else None
     plan = _walk(idx, per_host, capacity, barred, eligible, costs)
-    if plan is None:  # what ``search`` leaves after a failed full walk
-        idx.exact_fail, idx.fail_kind = True, "host"
-    return _view(idx, plan)
+    # (a failed full walk is a miss whatever the costs)
+    return _view(Miss("host") if plan is None else plan)
 
 
 def _ready_as_defined(idx: VictimIndex, per_host: int, ends_by: int, capacity: Capacity,
@@ -133,11 +141,11 @@ def _ready_as_defined(idx: VictimIndex, per_host: int, ends_by: int, capacity: C
     """Every candidate host, not barred, that free GPUs plus all its eligible victims ready."""
     barred = capacity.barred(ends_by, who)
     ready = set()
-    for h in idx._candidates(capacity, per_host):
+    for h in idx.candidates(capacity, per_host):
         have = capacity.free[h]
         for v in idx.on_host.get(h, ()):
             if v.w.id not in idx.stopped_now and eligible(v.w) is not None:
-                have += victims_mod._gpus_on(v, h)
+                have += victims_mod.gpus_on(v, h)
         if h not in barred and have >= per_host:
             ready.add(h)
     return frozenset(ready)
@@ -145,11 +153,11 @@ def _ready_as_defined(idx: VictimIndex, per_host: int, ends_by: int, capacity: C
 
 def _watch(monkeypatch: pytest.MonkeyPatch) -> Seen:
     seen = Seen()
-    search = VictimIndex.search
+    search = cycle_mod.cheapest_plan  # (as the callers have it now: ``_spanned``'s too)
 
     def checked(self: VictimIndex, hosts: int, per_host: int, ends_by: int, capacity: Capacity,
                 eligible: Rule, who: str = "",
-                costs: CostModel | None = None) -> Plan | None:
+                costs: CostModel | None = None) -> Found:
         model = costs if costs is not None else flat_costs(0)
         twin = _copy(model)
         fixed = len(model._keep)
@@ -157,12 +165,14 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> Seen:
         outer = model.budgets_asked
         model.budgets_asked = budgets_asked = set()
         try:
-            plan = search(self, hosts, per_host, ends_by, capacity, eligible, who, costs)
+            found = search(self, hosts, per_host, ends_by, capacity, eligible, who, costs)
         finally:
             model.budgets_asked = outer
             if outer is not None:
                 outer.update(budgets_asked)
-        got = _view(self, plan)
+        got = _view(found)
+        plan = found if isinstance(found, Plan) else None
+        miss = found if isinstance(found, Miss) else None
         where = f"t={model.now} {who} {hosts}x{per_host}"
         if got != want:
             seen.wrong.append(f"{where}: {got} != {want}")
@@ -174,9 +184,9 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> Seen:
             seen.gang_failed += plan is None
             seen.gang_planned += plan is not None
             ready = _ready_as_defined(self, per_host, ends_by, capacity, eligible, who)
-            if self.fail_kind == "ready" and self.fail_hosts != ready:
-                seen.wrong.append(f"{where}: ready {sorted(self.fail_hosts)} != {sorted(ready)}")
-            if self.fail_kind != "ready" and len(ready) < hosts:
+            if miss is not None and miss.kind == "ready" and miss.hosts != ready:
+                seen.wrong.append(f"{where}: ready {sorted(miss.hosts)} != {sorted(ready)}")
+            if (miss is None or miss.kind != "ready") and len(ready) < hosts:
                 seen.wrong.append(f"{where}: searched past too few ready hosts")
             seen.ready_checked += 1
         elif plan is None:
@@ -185,17 +195,19 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> Seen:
         else:
             seen.single_planned += 1
         # Kept minimums are the least cost of a host's victims (a lower bound would do too).
-        if costs is not None and costs is self._mins_costs:
+        # (After a single-host search the index's floors are those of its cost model.)
+        if costs is not None and hosts == 1:
             probe = _copy(costs)
-            for host, low in self._mins.items():
+            for host, low in self.cost_floors(costs).items():
                 seen.mins_checked += 1
                 costs_here = [probe.of(v.w) for v in self.on_host.get(host, ())
                               if v.w.id not in self.stopped_now]
                 if low > min(costs_here, default=victims_mod.NEVER_COST):
                     seen.wrong.append(f"{where}: kept minimum of {host} too high")
-        return plan
+        return found
 
-    monkeypatch.setattr(VictimIndex, "search", checked)
+    for module in CALLERS:
+        monkeypatch.setattr(module, "cheapest_plan", checked)
     return seen
 
 

@@ -3,7 +3,7 @@
 Under ``preemption_rule = "reclaim"`` most candidates reclaim from nobody, so
 their rules take no other leaf's allocated work (``Rule.own_leaf``), and the
 walks for whole hosts, the reservation planner's (``ready_times``) and the
-victim search's (``VictimIndex._ready``), visit only the hosts that hold no
+victim search's (``victims.ready_hosts``), visit only the hosts that hold no
 other leaf's allocated work (scheduler/index/sole_leaf.py). Each test runs the
 demo scenario under reclaim: one compares every narrowed walk with the full
 walk of the same call, answer for answer and in order; one compares the whole
@@ -52,7 +52,7 @@ def test_every_narrowed_walk_answers_as_the_full_walk(monkeypatch: pytest.Monkey
             assert list(got.items()) == list(real_times(w, capacity, frees, rule_, gone, now).items())
         return got
 
-    real_ready = victims_mod.VictimIndex._ready
+    real_ready = victims_mod.ready_hosts
 
     def ready(self, hosts, per_host, capacity, barred, eligible):  # type: ignore[no-untyped-def]
         got = real_ready(self, hosts, per_host, capacity, barred, eligible)
@@ -68,7 +68,7 @@ def test_every_narrowed_walk_answers_as_the_full_walk(monkeypatch: pytest.Monkey
         return got
 
     monkeypatch.setattr(cycle_mod, "ready_times", times)
-    monkeypatch.setattr(victims_mod.VictimIndex, "_ready", ready)
+    monkeypatch.setattr(victims_mod, "ready_hosts", ready)
     _reclaim_demo(rule)
     # The accelerator was exercised (the balanced rule's planner may plan on borrowed
     # work, ``Guarantees.lockout``: its reservation walks are never narrowed).

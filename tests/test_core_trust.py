@@ -251,8 +251,8 @@ def test_every_type_is_an_input_or_a_decision_and_has_a_fold_and_a_check() -> No
     assert set(INPUT_TYPES) | set(DECISION_TYPES) == set(ALL_TYPES)
     assert not set(INPUT_TYPES) & set(DECISION_TYPES)
     assert set(TAGS.values()) == set(ALL_TYPES)
-    assert set(State("x")._fold) == set(ALL_TYPES)
-    assert set(validation_module._CHECKS) == set(INPUT_TYPES)
+    assert set(State("x").folds) == set(ALL_TYPES)
+    assert set(validation_module.CHECKS) == set(INPUT_TYPES)
 
 
 def _runtime_imports(path: Path) -> set[str]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 from sim_helpers import shipped_log
 
-from scheduler.policy.victims import VictimIndex
+from scheduler.index.victim_index import VictimIndex
 from scheduler.state import State
 
 

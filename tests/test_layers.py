@@ -170,6 +170,74 @@ def test_no_test_imports_a_private_name() -> None:
     assert _private_imports() == []
 
 
+def _imported_names(tree: ast.Module) -> set[str]:
+    """The names a test binds by importing (modules, and what it imports from them)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.asname or a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            names.update(a.asname or a.name for a in node.names)
+    return names
+
+
+def _root(node: ast.expr) -> str | None:
+    """The name an attribute chain starts from (``m.C(x)._y`` -> ``m``)."""
+    while isinstance(node, (ast.Attribute, ast.Call)):
+        node = node.value if isinstance(node, ast.Attribute) else node.func
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_uses() -> list[str]:
+    """A private name of another module reached through what a test imported.
+
+    ``m._f``, ``m.C._f``, ``C._f``, ``C(...)._f`` and ``monkeypatch.setattr(m, "_f", ...)``
+    where ``m`` or ``C`` was imported: the test would be bound to that module's
+    implementation. (Private attributes of objects a test holds in a variable are
+    not traced: the parser cannot tell whose they are.)
+    """
+    out = []
+    for path in sorted((Path(__file__).parent).glob("*.py")):
+        tree = ast.parse(path.read_text())
+        imported = _imported_names(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _private(node.attr) and _root(node.value) in imported:
+                out.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr == "setattr" and len(node.args) >= 2
+                  and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+                  and _private(node.args[1].value) and _root(node.args[0]) in imported):
+                out.append(f"{path.name}:{node.lineno} setattr({ast.unparse(node.args[0])}, "
+                           f"{node.args[1].value!r})")
+    return out
+
+
+def test_no_test_reaches_a_private_name_of_another_module() -> None:
+    assert _private_uses() == []
+
+
+def test_the_private_name_check_sees_a_use() -> None:
+    """The parser finds a use written the ways it looks for (so the check cannot pass vacuously)."""
+    tree = ast.parse("import m\nfrom p import C\nm._f\nC(1)._g\nmp.setattr(m.C, '_h', 1)\nx._i\n")
+    imported = _imported_names(tree)
+    found = {n.attr for n in ast.walk(tree)
+             if isinstance(n, ast.Attribute) and _private(n.attr) and _root(n.value) in imported}
+    assert found == {"_f", "_g"} and _root(ast.parse("m.C", mode="eval").body) == "m"
+
+
+def test_the_policy_holds_no_hand_keyed_memo() -> None:
+    """Issue 21: the accelerators are typed objects (scheduler/memos.py, scheduler/index/),
+    never ``memo["key"]`` lookups inside the policy."""
+    found = [f"{path.relative_to(REPO)}:{i}"
+             for path in sorted((REPO / "scheduler" / "policy").rglob("*.py"))
+             for i, line in enumerate(path.read_text().splitlines(), 1) if "memo[" in line]
+    assert found == []
+
+
 def _long_core_functions(limit: int = 80) -> list[str]:
     """Functions of the core (events, projections, scheduler) longer than ``limit`` lines."""
     root = Path(__file__).resolve().parent.parent

@@ -153,6 +153,16 @@ def test_the_compiled_modules_are_the_whole_fold_and_decision_path() -> None:
         assert (REPO / path).is_file(), path
 
 
+def test_every_module_of_the_policy_and_its_accelerators_is_compiled() -> None:
+    """A new file of scheduler/policy/ or scheduler/index/ is compiled too (else the compiled
+    cycle would call pure code on its hot path)."""
+    listed = set(native.MODULES)
+    for package in ("scheduler/policy", "scheduler/index"):
+        for path in sorted((REPO / package).glob("*.py")):
+            if path.name != "__init__.py":
+                assert f"{package}/{path.name}" in listed, path
+
+
 def test_no_stale_warning_in_this_process() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -47,7 +47,7 @@ def test_a_run_collects_garbage_in_larger_batches_and_restores_the_thresholds(
         seen.append(gc.get_threshold())
         raise RuntimeError("stop")
 
-    monkeypatch.setattr(Simulation, "_run", fake_run)
+    monkeypatch.setattr(Simulation, "run_loop", fake_run)
     old = gc.get_threshold()
     gc.set_threshold(700, 10, 10)
     try:

@@ -48,7 +48,7 @@ def commitments(state: State) -> dict[str, int]:
     runs: what accrues is exactly what the commitment loses. Do not change the
     dict returned: it is shared until the running set or the instant changes.
     """
-    return _fair_share_base(state).committed
+    return fair_share_base(state).committed
 
 
 def _commitment(gpus: int, allocated: bool, until: int | None, started_at: int | None,
@@ -152,7 +152,7 @@ class FairShareBase:
     old order.
 
     At a later instant (same tree and policy, the journal still reaching back)
-    the base moves there (``_move_to``) instead of walking the running set
+    the base moves there (``move_to``) instead of walking the running set
     again: it keeps, per contributing workload, what its term is made of, so
     the terms at the new instant come from those and the journal, and the
     usage from the leaves whose usage may have changed
@@ -215,13 +215,13 @@ class FairShareBase:
         if behind < 0 or behind > len(moves):
             return False
         if fs != self.fs:
-            self._move_to(state, fs, moves[len(moves) - behind:] if behind else [])
+            self.move_to(state, fs, moves[len(moves) - behind:] if behind else [])
         elif behind:
-            self._advance(moves[len(moves) - behind:], tree.structure())
+            self.advance(moves[len(moves) - behind:], tree.structure())
         self.running_version = wl.running_version
         return True
 
-    def _advance(self, moves: list[Move], st: Structure) -> None:
+    def advance(self, moves: list[Move], st: Structure) -> None:
         # ``committed``, ``use``, ``sorted_levels`` and ``stale`` are replaced, never
         # changed in place: a Ranking or a caller may still hold the old ones.
         parts = self.parts
@@ -256,7 +256,7 @@ class FairShareBase:
         self.use = use
         self.sorted_levels, self.stale = _restale(self.sorted_levels, self.stale, moved)
 
-    def _move_to(self, state: State, fs: int, moves: list[Move]) -> None:
+    def move_to(self, state: State, fs: int, moves: list[Move]) -> None:
         """This base at the later instant ``fs``, with the running set's ``moves`` since it was last current.
 
         Exactly the fresh base at ``fs``: a term only shrinks as the instant
@@ -267,7 +267,7 @@ class FairShareBase:
         so). A leaf's usage at ``fs`` is the one ``usage_changes`` reports, or
         else its usage at the old instant (``use`` less ``committed`` there);
         each leaf's sum then moves by its difference, up its path, as in
-        ``_advance``. When the usage memo cannot tell, the sums are taken afresh.
+        ``advance``. When the usage memo cannot tell, the sums are taken afresh.
         """
         parts = self.parts
         for m in moves:
@@ -358,7 +358,7 @@ def _committed(parts: dict[str, _Part], fs: int) -> dict[str, int]:
     return committed
 
 
-def _fair_share_base(state: State) -> FairShareBase:
+def fair_share_base(state: State) -> FairShareBase:
     fs = fair_share_time(state)
     base = state.memos.fair_share
     if isinstance(base, FairShareBase) and base.current(state, fs):
@@ -523,8 +523,8 @@ class Ranking:
     cycle that commits nothing copies nothing; ``use`` is for reading only.
     """
 
-    __slots__ = ("_active", "_fair", "_first", "_leaf_parents", "_paths", "_sorted", "_splits", "_stale",
-                 "_under", "children", "parent", "shares", "tree", "use", "version")
+    __slots__ = ("_active", "_fair", "_first", "_leaf_parents", "_sorted", "_splits", "_stale",
+                 "_under", "children", "parent", "paths", "shares", "tree", "use", "version")
 
     def __init__(self, state: State, committed: dict[str, int]) -> None:
         tree = state.budget
@@ -538,7 +538,7 @@ class Ranking:
         # across cycles (``FairShareBase``), with every level sorted at that
         # order (its ``sorted_levels``; a level sorted after an in-cycle commitment
         # is not kept).
-        base = _fair_share_base(state)
+        base = fair_share_base(state)
         if committed is base.committed:
             self.use: dict[str, int] = base.use
             # Levels sorted at ``use``; one that is not is sorted when first
@@ -556,7 +556,7 @@ class Ranking:
         # inactive: active counts only fall between ``activate`` calls (which
         # forget these), and a level sorted anew forgets its own.
         self._first: dict[str, int] = {}
-        self._paths: dict[str, list[str]] = st.paths
+        self.paths: dict[str, list[str]] = st.paths
         shape = _shape(state, st)
         self._splits = shape.splits
         self._under = shape.under
@@ -663,7 +663,7 @@ class Ranking:
     def activate(self, leaves: list[str]) -> None:
         """Mark leaves that have candidates; best() only descends into active subtrees."""
         active = self._active
-        paths = self._paths
+        paths = self.paths
         for leaf in leaves:
             path = paths.get(leaf)
             if path is None:  # not in the tree: counted, never reached
@@ -675,7 +675,7 @@ class Ranking:
 
     def deactivate(self, leaf: str) -> None:
         active = self._active
-        for p in self._paths[leaf]:
+        for p in self.paths[leaf]:
             n: int = active[p]
             active[p] = n - 1
 
@@ -760,7 +760,7 @@ class Ranking:
             by_victim = self._splits[leaf] = {}
         split = by_victim.get(victim_leaf)
         if split is None:
-            split = by_victim[victim_leaf] = _split(self._paths[leaf], self._paths[victim_leaf],
+            split = by_victim[victim_leaf] = _split(self.paths[leaf], self.paths[victim_leaf],
                                                     self.shares)
         x, share_x, y, share_y = split
         if not x:
@@ -809,3 +809,24 @@ class Ranking:
                 siblings=len(sibs),
             ))
         return out
+
+def activate_waiting(r: Ranking, state: State) -> None:
+    """``r.activate`` the leaves with allocated work waiting (``by_shape``), from a memo.
+
+    The active counts depend only on which leaves wait and the tree, so those of
+    a ranking activated from nothing are kept across cycles (most cycles follow
+    one event). Key: (the waiting leaves, the budget's version), ``Memos.active``;
+    lapse: either changes. A ranking already holding active leaves activates
+    them afresh.
+    """
+    by_shape = state.workloads.by_shape
+    key = (tuple(by_shape), state.budget.version)
+    cached = state.memos.active
+    if r.active:
+        r.activate(list(by_shape))
+    elif cached is not None and cached[0] == key:
+        r.active = dict(cached[1])
+    else:
+        r.activate(list(by_shape))
+        state.memos.active = (key, dict(r.active))
+

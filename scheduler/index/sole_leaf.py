@@ -1,7 +1,7 @@
 """Hosts by the one leaf whose allocated work they hold: where a rule kept to its own leaf can find whole hosts.
 
 A reservation plan (``reservations.ready_times``) or a victim search's
-feasibility walk (``VictimIndex._ready``) for whole hosts (GPUs per host at
+feasibility walk (``victims.ready_hosts``) for whole hosts (GPUs per host at
 least any host's) readies a host only if the candidate may take every piece
 of work there: nothing it may not take can be left on a host it needs whole.
 A rule that takes no allocated work of another leaf (``Rule.own_leaf``: no

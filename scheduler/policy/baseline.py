@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING
 from projections.cluster import FAILED
 from projections.workloads import Workload
 from scheduler.emit import Emitter
+from scheduler.index.victim_index import VictimIndex
 from scheduler.policy.placement import Capacity
 from scheduler.policy.rules import baseline_rule
-from scheduler.policy.victims import VictimIndex, flat_costs
+from scheduler.policy.victims import Plan, cheapest_plan, flat_costs
 
 if TYPE_CHECKING:
     from events import Event
@@ -177,9 +178,9 @@ class _Cycle:
                 if capacity.total_free + victims.unallocated_gpus < w.gpus:
                     failed.append((n, k, opt_out, w.priority))
                     continue
-                plan = victims.search(w.hosts, w.gpus_per_host, now, capacity,
-                                      baseline_rule(opt_out, w.priority), w.id, costs)
-                if plan is not None:
+                plan = cheapest_plan(victims, w.hosts, w.gpus_per_host, now, capacity,
+                                     baseline_rule(opt_out, w.priority), w.id, costs)
+                if isinstance(plan, Plan):
                     self.held_back.clear()
                     for v, reason in plan.victims:
                         self.stop(v.w, reason, by=w.id)

@@ -34,22 +34,28 @@ an ``Outcome``: how it started, or what blocks it.
 from __future__ import annotations
 
 from bisect import insort
-from functools import cmp_to_key
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from projections.cluster import FAILED
 from projections.workloads import Workload
 from scheduler.emit import Emitter
-from scheduler.index.fair_share_order import Ranking, commitments, fair_share_time
+from scheduler.index.fair_share_order import (
+    Ranking,
+    activate_waiting,
+    commitments,
+    fair_share_time,
+)
 from scheduler.index.host_free_times import HostFreeTimes
+from scheduler.index.sibling_sums import SiblingSums
 from scheduler.index.sole_leaf import (
     SoleLeafFrees,
     SoleLeafVictims,
     sole_leaf_frees,
     sole_leaf_victims,
 )
+from scheduler.index.victim_index import HostBySpan, SoleLeafLookup, Victim, VictimIndex
 from scheduler.policy.guarantee import Guarantees, protection_end
 from scheduler.policy.placement import NEVER, Capacity
 from scheduler.policy.reservations import (
@@ -61,12 +67,11 @@ from scheduler.policy.reservations import (
 from scheduler.policy.rules import BALANCED_RULES, RECLAIM, RECLAIM_RULES, BudgetRule, Due
 from scheduler.policy.victims import (
     CostModel,
-    HostBySpan,
+    Miss,
     Plan,
-    SoleLeafLookup,
-    Victim,
-    VictimIndex,
+    cheapest_plan,
     checkpoint_rule,
+    fails_again,
 )
 
 if TYPE_CHECKING:
@@ -124,28 +129,6 @@ def drain(state: State, cause: str) -> list[Event]:
 
 Shape = tuple[int, int]
 
-# Up to this many children with victims, ``Cycle._siblings`` sorts them by insertion.
-_INSERTION_SORT: Final = 16
-
-# ``Cycle._siblings``'s entry for one parent: (usage, share) ascending by usage
-# per share, suffix sums of victim GPUs, GPUs of children with no share.
-_Sums = tuple[list[tuple[int, int]], list[int], int]
-
-
-class _CarriedSums:
-    """Sibling sums carried across cycles (``State.memos.siblings``), with the objects they read."""
-
-    __slots__ = ("by_node", "children", "shares", "sums", "use")
-
-    def __init__(self, use: dict[str, int], by_node: dict[str, int], children: dict[str, list[str]],
-                 shares: dict[str, int], sums: dict[str, _Sums]) -> None:
-        self.use = use
-        self.by_node = by_node
-        self.children = children
-        self.shares = shares
-        self.sums = sums
-
-
 class Cycle:
     """The working set of one cycle. Nothing here outlives ``run()`` (what is carried across
     cycles lives in ``State.memos``, scheduler/memos.py)."""
@@ -172,14 +155,8 @@ class Cycle:
         # only its reservations are planned on borrowed work (``Guarantees.lockout``).
         self.locked: set[str] = set()
         self._reach: dict[tuple[str, int, int, int], int] = {}  # could_start's per-leaf bound
-        # _freeable's sibling sums per parent, valid at (ranking version, victims
-        # left) ``_siblings_at``; a commitment or a victim stopped drops only the
-        # parents it changes (``_sums_moved``). While ``_sums_shared``, the dict is
-        # the state memo's, carried across cycles (see ``_siblings``): copied
-        # before anything is dropped from it.
-        self._sibling_sums: dict[str, _Sums] = {}
-        self._siblings_at: tuple[int, int] = (-1, -1)
-        self._sums_shared = False
+        # _freeable's sibling sums per parent (an accelerator, scheduler/index/sibling_sums.py).
+        self.sibling_sums = SiblingSums(state)
         self._fits: dict[Shape, bool] = {}  # could_start: fits free GPUs, at capacity version ...
         self._fits_at = -1  # ... this one
         self._failures: dict[tuple[object, ...], object] | None = None  # see failures()
@@ -274,18 +251,7 @@ class Cycle:
         if not by_shape:
             return
         ranking = self.ranking
-        # The active counts depend only on which leaves wait and the tree: kept
-        # across cycles until either changes (most cycles follow one event).
-        state = self.state
-        key = (tuple(by_shape), state.budget.version)
-        cached = state.memos.active
-        if ranking.active:
-            ranking.activate(list(by_shape))
-        elif cached is not None and cached[0] == key:
-            ranking.active = dict(cached[1])
-        else:
-            ranking.activate(list(by_shape))
-            state.memos.active = (key, dict(ranking.active))
+        activate_waiting(ranking, self.state)  # every leaf with allocated work waiting
         depth = self.policy.queue_depth
         # Per leaf and shape: how far this cycle has read, and the shortest minimum
         # runtime that already failed there (only shorter ones can do better).
@@ -547,17 +513,19 @@ class Cycle:
         costs = self.costs
         failures = None if rule is not None else self.failures()
         if failures is None:
-            return victims.search(n, k, ends_by, self.capacity, rule or self.rule(w),
+            found = cheapest_plan(victims, n, k, ends_by, self.capacity, rule or self.rule(w),
                                   w.id, costs)
+            return found if isinstance(found, Plan) else None
         key = ("search", _identity(w), self._blocked(w.id, ends_by))
         known: Any = failures.get(key)
         own = None
         if known is not None:
             build_id, kind, seen, asked = known  # type: ignore[misc]
             if build_id != victims.build_id:
-                # An earlier build of this world: protections ended since (``recheck``).
+                # An earlier build of this world: protections ended since (``fails_again``).
                 own = self.rule(w)
-                again = victims.recheck(kind, seen, build_id, n, k, ends_by, self.capacity, own, w.id)
+                again = fails_again(victims, kind, seen, build_id, n, k, ends_by, self.capacity,
+                                    own, w.id)
                 if again is None:
                     known = None
                 else:
@@ -571,13 +539,14 @@ class Cycle:
         budgets_asked: set[str] = set()
         costs.budgets_asked = budgets_asked
         try:
-            plan = victims.search(n, k, ends_by, self.capacity, own or self.rule(w),
+            found = cheapest_plan(victims, n, k, ends_by, self.capacity, own or self.rule(w),
                                   w.id, costs)
         finally:
             costs.budgets_asked = None
-        if plan is None and victims.exact_fail:
-            failures[key] = (victims.build_id, victims.fail_kind, victims.fail_hosts, frozenset(budgets_asked))
-        return plan
+        if isinstance(found, Miss):
+            failures[key] = (victims.build_id, found.kind, found.hosts, frozenset(budgets_asked))
+            return None
+        return found
 
     def failures(self) -> dict[tuple[object, ...], object] | None:
         """The failure memo for the world as this cycle sees it, or None once the cycle changed it.
@@ -596,11 +565,11 @@ class Cycle:
         keyed on exactly that world, plus per entry ``w`` and the reservations
         it may not use (``_blocked``); a search entry also holds the build it
         failed at. It holds only failures that no cost decided
-        (``VictimIndex.exact_fail``; a plan that reached too few hosts).
+        (a ``Miss``; a plan that reached too few hosts).
         Submissions, cancellations and time inside one fair-share period
         change none of it, which is most cycles. A protection that ends adds
         victims, and only on its hosts: an entry of an earlier build of the
-        world is re-checked there alone (``VictimIndex.recheck``), not redone.
+        world is re-checked there alone (``fails_again``), not redone.
         The preemption bound (``freeable``) is kept here too, per index build id.
         """
         if self.stopped_now or self.capacity.version or (self._ranking is not None and self._ranking.version):
@@ -746,7 +715,7 @@ class Cycle:
         have = self.capacity.total_free + idx.unallocated_gpus + own
         r = self.ranking
         use, shares = r.use, r.shares
-        path = r._paths[leaf]
+        path = r.paths[leaf]
         reclaim = self.policy.preemption_rule in RECLAIM_RULES
         balanced = self.balanced
         for i in range(1, len(path)):
@@ -762,7 +731,7 @@ class Cycle:
                 have += self._balanced_room(idx, x, gpus, per_host)
                 continue
             q = use[x] + commitment
-            ratios, suffix, zero = self._siblings(idx, path[i - 1])
+            ratios, suffix, zero = self.sibling_sums.of(path[i - 1], r, idx, bool(self.stopped_now))
             if reclaim:  # any sibling may be borrowing: all their victims bound it
                 # (x's own are in the sums too, and are not a sibling's: less them)
                 have += zero + suffix[0] - idx.by_node.get(x, 0)
@@ -778,101 +747,6 @@ class Cycle:
             have += zero + suffix[lo]
         return have
 
-    def _siblings(self, idx: VictimIndex, parent: str) -> _Sums:
-        """``parent``'s children holding allocated victims, for ``_freeable``.
-
-        (usage, share) of those with a share, ascending by usage per share; per
-        position, the victims' GPUs from there to the end; and the GPUs of those
-        with no share (every candidate may take those). Sums of the same
-        integers: the loop over the children they replace gives the same totals.
-
-        An entry reads only ``r.children[parent]``, ``r.shares`` and, for those
-        children, ``r.use`` and ``idx.by_node``, so it stays exact while those do:
-
-        - In a cycle, usage moves only by a commitment (``Ranking.commit``, which
-          bumps ``Ranking.version``), on the committed leaf and its ancestors;
-          victim counts move only by a victim stopped (``VictimIndex.discard``,
-          which lowers ``VictimIndex.size``), on the allocated victim's budget
-          path. Both go through ``_commit`` and ``stop``, which drop the entries
-          of those nodes' parents (``_sums_moved``): every other parent's
-          children read the same integers as before. A change that did not
-          (``_siblings_at`` is not the version and size they left) drops them all.
-        - Across cycles: before its first commitment a cycle's ``r.use`` is a
-          dict never changed in place (the fair-share base's, or a fresh sum:
-          ``Ranking.commit`` copies before charging), and before its first victim
-          stopped_now so is ``idx.by_node`` (the memoised index's, shared by its forks
-          until one discards: ``VictimIndex.fork``); ``r.children`` and
-          ``r.shares`` are the tree structure's. The state memo keeps the entries
-          built at those four objects, holding them (so ``is`` cannot meet a
-          new object at a freed one's address): a later cycle at the same four
-          objects reads the same integers, and takes the entries over.
-        """
-        r = self.ranking
-        at = (r.version, idx.size)
-        if self._siblings_at != at:
-            self._sibling_sums = self._carried_sums(r, idx)
-            self._siblings_at = at
-        found = self._sibling_sums.get(parent)
-        if found is None:
-            by_node = idx.by_node
-            use, shares = r.use, r.shares
-            ranked: list[tuple[int, int, int]] = []
-            zero = 0
-            for y in r.children[parent]:
-                g = by_node.get(y)
-                if g is None:
-                    continue
-                sy = shares[y]
-                if sy <= 0:
-                    zero += g
-                else:
-                    ranked.append((use[y], sy, g))
-            # Most parents hold victims under a few children: an insertion sort
-            # in native integer arithmetic for those, no sort call. It moves an
-            # entry only past ones strictly after it, so ties keep the children's
-            # order, as the stable sort does: the same list.
-            n = len(ranked)
-            if n <= _INSERTION_SORT:
-                for j in range(1, n):
-                    item = ranked[j]
-                    ui, si = item[0], item[1]
-                    i = j
-                    while i > 0:
-                        before = ranked[i - 1]
-                        if before[0] * si <= ui * before[1]:
-                            break
-                        ranked[i] = before
-                        i -= 1
-                    ranked[i] = item
-            else:
-                ranked.sort(key=cmp_to_key(_by_use_per_share))
-            gpus = [0] * (len(ranked) + 1)
-            for j in range(len(ranked) - 1, -1, -1):
-                gpus[j] = gpus[j + 1] + ranked[j][2]
-            found = self._sibling_sums[parent] = ([(u, s) for u, s, _ in ranked], gpus, zero)
-        return found
-
-    def _carried_sums(self, r: Ranking, idx: VictimIndex) -> dict[str, _Sums]:
-        """The sibling sums to start from at ``r``'s usage and ``idx``'s counts (see ``_siblings``).
-
-        The state memo's entries when this cycle has committed nothing and lost no
-        victim yet and they were built at the same usage, victim counts and tree
-        objects; else none.
-        """
-        if r.version or self.stopped_now:  # (this cycle's own copies: changed in place)
-            self._sums_shared = False
-            return {}
-        use, by_node, children, shares = r.use, idx.by_node, r.children, r.shares
-        cached = self.state.memos.siblings
-        if isinstance(cached, _CarriedSums) and cached.use is use and cached.by_node is by_node \
-                and cached.children is children and cached.shares is shares:
-            sums = cached.sums
-        else:
-            sums = {}
-            self.state.memos.siblings = _CarriedSums(use, by_node, children, shares, sums)
-        self._sums_shared = True
-        return sums
-
     def _commit(self, leaf: str, gpu_seconds: int) -> None:
         """``ranking.commit``, keeping the sibling sums of the parents it leaves alone."""
         r = self.ranking
@@ -885,27 +759,8 @@ class Cycle:
             while p is not None:
                 moved.append(p)
                 p = r.parent.get(p)
-            self._sums_moved(moved, (was, self._victims.size))
-
-    def _sums_moved(self, nodes: list[str], was: tuple[int, int]) -> None:
-        """Drop the sibling sums of the parents of ``nodes`` (whose usage or victim GPUs moved).
-
-        ``was``: (ranking version, victims left) before the move; sums not valid
-        there are stale anyway and dropped whole at the next read.
-        """
-        if self._siblings_at != was:
-            return
-        sums = self._sibling_sums
-        if self._sums_shared:  # the memo's keep the entries of the objects they were built at
-            sums = self._sibling_sums = dict(sums)
-            self._sums_shared = False
-        parent = self.ranking.parent
-        for node in nodes:
-            p = parent.get(node)
-            if p is not None:
-                sums.pop(p, None)
-        assert self._victims is not None
-        self._siblings_at = (self.ranking.version, self._victims.size)
+            size = self._victims.size
+            self.sibling_sums.moved(moved, (was, size), r.parent, (r.version, size))
 
     # ------------------------------------------------------------------ step 6
 
@@ -1148,7 +1003,9 @@ class Cycle:
             if idx.size != left and w.allocated and self._ranking is not None:
                 # ``discard`` took its GPUs off every node of its budget path (an
                 # unallocated victim's off ``unallocated_gpus`` only).
-                self._sums_moved(list(idx.paths.get(w.budget, ())), (self._ranking.version, left))
+                r = self._ranking
+                self.sibling_sums.moved(list(idx.paths.get(w.budget, ())), (r.version, left),
+                                        r.parent, (r.version, idx.size))
         self.stopped_now.add(w.id)
         if w.allocated and self._guarantees is not None:
             self._guarantees.give(w.budget, w.gpus)
@@ -1158,12 +1015,6 @@ class Cycle:
             for h, g in w.placement:
                 self.capacity.give(h, g)
         self.emit.preempted(w.id, reason, by, requeued=w.resumable)
-
-
-def _by_use_per_share(a: tuple[int, int, int], b: tuple[int, int, int]) -> int:
-    """Order (usage, share, ...) by usage per share, in exact integers (shares > 0)."""
-    d = a[0] * b[1] - b[0] * a[1]
-    return (d > 0) - (d < 0)
 
 
 def _identity(w: Workload) -> tuple[object, ...]:

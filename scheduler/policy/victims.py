@@ -32,22 +32,18 @@ preempted in vain.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
-from heapq import heapify, heappop, heappush
-from itertools import combinations, count
+from itertools import combinations
 from typing import TYPE_CHECKING, Any
 
 from projections.workloads import Workload
+from scheduler.index.victim_index import HostBySpan, Victim, VictimIndex
 from scheduler.policy.placement import pack
 from scheduler.policy.rules import Rule
 
 if TYPE_CHECKING:
-    from scheduler.index.sole_leaf import SoleLeafVictims
     from scheduler.policy.placement import Capacity
-    from scheduler.state import State
 
-NEVER = 1 << 62
 NEVER_COST = 1 << 400  # above any packed cost (see ``pack_cost``): "no victim here"
 
 # A plan's cost packed into one integer (so costs add and compare as ints); the
@@ -162,37 +158,6 @@ def flat_costs(now: int) -> CostModel:
     return CostModel(now, lambda w: None, lambda leaf: 0)
 
 
-class Victim:
-    """A preemptible running workload, as the search sees it."""
-
-    __slots__ = ("order", "span", "w")
-
-    def __init__(self, w: Workload) -> None:
-        self.w = w
-        # A fixed scan order (ties between equally cheap plans go to the first found).
-        self.order = (w.allocated, w.resumable is False, w.priority, -(w.started_at or 0), w.id)
-        # What a rule's ``span`` is compared with: the hosts of allocated work (a
-        # victim's placement is fixed while it runs), 0 for unallocated work.
-        self.span = len(w.placement) if w.allocated else 0
-
-
-# A host of ``VictimIndex.hosts_by_span``: (least span of its victims, host, its victims);
-# hosts are unique, so entries compare by their first two fields.
-HostBySpan = tuple[int, str, list[Victim]]
-
-# The sole-leaf index of a victim index's hosts: (its ``on_host``, its ``hosts_by_span``)
-# -> the index (``VictimIndex.sole_leaf``).
-SoleLeafLookup = Callable[[dict[str, list[Victim]], list[HostBySpan]], "SoleLeafVictims[HostBySpan]"]
-
-
-def _least(victims: list[Victim]) -> int:
-    least = victims[0].span
-    for v in victims:
-        if v.span < least:
-            least = v.span
-    return least
-
-
 class Plan:
     """Hosts to place on and the victims (with the reason each may be taken) to stop first."""
 
@@ -204,841 +169,415 @@ class Plan:
         self.cost = cost
 
 
-# Given a running workload, the preemption reason when the candidate may take it, else None
-# (``Rule.reason``), and the most hosts of allocated work it may take (``Rule.span``).
-Eligibility = Rule
-
-# Serial numbers of built victim indexes (a memo key, never part of a decision).
-_BUILD_IDS = count(1)
-
-# Earlier builds a victim index remembers (``VictimIndex.earlier_builds``).
-_EARLIER_BUILDS_KEPT = 64
 
 # Subsets of a component's victim gangs tried exhaustively up to this many; beyond
 # it, only the cheapest-first prefixes (a bound on search cost, rarely reached).
 _EXHAUSTIVE_GANGS = 6
 
 
-class VictimIndex:
-    """Preemptible running workloads per healthy host, as one cycle sees them.
 
-    Building it walks every running workload, so the unshared part is built once
-    per running set (``build``) and each cycle takes a cheap ``fork`` of it: the
-    set changes only when work starts or stops, hosts change health, or a
-    protection ends, and the memo key covers exactly those. Across starts,
-    stops and protection ends on the same hosts and tree the next one is
-    ``advanced`` from the last instead of built.
+class Miss:
+    """A search that found no plan whatever the costs: what the cycle's failure memo keeps.
+
+    ``kind``: ``host`` (one host: no allowed host's free GPUs and eligible
+    victims cover the request), ``ready`` (a gang: too few hosts eligible
+    victims could ready; ``hosts`` are those it could) or ``fits`` (a gang
+    that fits without preemption). ``fails_again`` re-checks one at a later
+    index of the same world.
     """
 
-    __slots__ = (
-        "_base",
-        "_cands",
-        "_cands_at",
-        "_cands_of",
-        "_hosts_by_span",
-        "_ids",
-        "_mins",
-        "_mins_costs",
-        "_on_host",
-        "_placed",
-        "_protected",
-        "_shared",
-        "_usable",
-        "_victims",
-        "build_id",
-        "by_node",
-        "by_priority",
-        "earlier_builds",
-        "exact_fail",
-        "fail_hosts",
-        "fail_kind",
-        "paths",
-        "running_version",
-        "size",
-        "sole_leaf",
-        "stopped_now",
-        "unallocated_gpus",
-        "victim_gpus",
-    )
+    __slots__ = ("hosts", "kind")
 
-    def __init__(self) -> None:
-        self.victim_gpus: dict[str, int] = {}  # upper bound on what preemption can free per host
-        # Allocated victims' GPUs on healthy hosts per budget subtree (every node on
-        # their path), and unallocated victims' GPUs: the cycle's cheap upper bound
-        # on what a candidate could free before it pays for a search.
-        self.by_node: dict[str, int] = {}
-        # Per leaf, allocated victims' GPUs by priority: inside a leaf only lower
-        # priority may be taken, so the bound counts only those.
-        self.by_priority: dict[str, dict[int, int]] = {}
-        self.unallocated_gpus = 0
-        self.paths: dict[str, list[str]] = {}
-        self.stopped_now: set[str] = set()
-        self._usable: dict[str, int] = {}
-        self._victims: dict[str, Workload] = {}
-        self._ids: set[str] = set()
-        # Only on a built index (``build``, ``advanced``): each victim's GPUs on
-        # healthy hosts as counted (a stopped workload's placement is cleared),
-        # the protected running work as a heap of (protected_until, id, run),
-        # entries of runs since ended left in place, and the running set it was
-        # built at.
-        self._placed: dict[str, tuple[tuple[str, int], ...]] = {}
-        self._protected: list[tuple[int, str, int]] = []
-        self.running_version = -1
-        self._on_host: dict[str, list[Victim]] | None = None  # built on the first search
-        self._hosts_by_span: list[HostBySpan] | None = None  # built with ``_on_host`` (see ``hosts_by_span``)
-        self._base: VictimIndex | None = None
-        # Per host, at most the cost of its cheapest victim not stopped, under
-        # ``_mins_costs`` (the cycle's cost model), once every one of them was asked
-        # for: a lower bound on any plan there (see ``_search_host``).
-        self._mins: dict[str, int] = {}
-        self._mins_costs: CostModel | None = None
-        # Per GPUs per host, the searches' candidate hosts before reservations,
-        # for ``_cands_of`` at its version (cleared when a victim goes).
-        self._cands: dict[int, list[str]] = {}
-        self._cands_of: Capacity | None = None
-        self._cands_at = -1
-        self._shared = False  # the counts are the base's (a fork that discarded nothing yet)
-        self.size = 0
-        # Which built index this is (forks share their base's): two forks with the
-        # same build_id and no workload stopped hold the same victims.
-        self.build_id = 0
-        # Set by ``search``: its None did not depend on any cost (see ``search``),
-        # and what a later index needs to re-check it (``recheck``).
-        self.exact_fail = False
-        self.fail_kind = ""
-        self.fail_hosts: frozenset[str] = frozenset()
-        # Earlier builds of the same running set, healthy hosts and tree (the
-        # same world but fewer protections ended): build_id -> the hosts of the
-        # victims this build has and that one had not. See ``recheck``.
-        self.earlier_builds: dict[int, frozenset[str]] = {}
-        # Given by the cycle: the sole-leaf index of this index's hosts (an accelerator,
-        # scheduler/index/sole_leaf.py, kept in the state's memos); None: every host is walked.
-        self.sole_leaf: SoleLeafLookup | None = None
+    def __init__(self, kind: str, hosts: frozenset[str] = frozenset()) -> None:
+        self.kind = kind
+        self.hosts = hosts
 
-    @classmethod
-    def build(cls, state: State) -> tuple[VictimIndex, int]:
-        """The index of ``state`` (no workload stopped yet), and when a protection next ends."""
-        idx = cls()
-        idx.build_id = next(_BUILD_IDS)
-        idx.running_version = state.workloads.running_version
-        now = state.now
-        idx.paths = state.budget.structure().paths
-        idx._usable = state.cluster_state.usable
-        protected = idx._protected
-        for w in state.workloads.running.values():
-            if w.protected_at(now):
-                if w.protected_until is not None:
-                    protected.append((w.protected_until, w.id, w.runs))
-                continue
-            idx._add(w)
-        heapify(protected)
-        idx.size = len(idx._victims)
-        idx._ids = set(idx._victims)
-        return idx, protected[0][0] if protected else NEVER
 
-    def _add(self, w: Workload) -> bool:
-        """Count ``w`` as a victim if it has GPUs on a healthy host; True if it did."""
-        usable = self._usable
-        placed = tuple([(host, g) for host, g in w.placement if host in usable])
-        gpus = sum([g for _, g in placed])
-        if not gpus:
+def cheapest_plan(
+    idx: VictimIndex,
+    hosts: int,
+    per_host: int,
+    ends_by: int,
+    capacity: Capacity,
+    eligible: Rule,
+    who: str = "",
+    costs: CostModel | None = None,
+) -> Plan | Miss | None:
+    """The cheapest plan placing ``hosts`` x ``per_host`` GPUs for ``who`` on ``idx``'s victims.
+
+    No plan: a ``Miss`` when that held whatever the costs (always for one
+    host: a plan exists iff some allowed host's free GPUs and eligible victims
+    cover the request, which the knapsack finds whatever it costs; for a gang
+    when it failed before any cost was asked: too few hosts that eligible
+    victims could ready, or it fits without preemption), else None.
+    """
+    model = costs if costs is not None else flat_costs(0)
+    if hosts > 1:
+        return _search_gang(idx, hosts, per_host, ends_by, capacity, eligible, who, model)
+    floors = idx.cost_floors(costs)
+    # (None when no host is barred: mostly so, and then no lookup per host.)
+    barred = (capacity.barred(ends_by, who) or None) if capacity.reserved else None
+    if _covered_nowhere(idx, per_host, capacity, barred, eligible, costs):
+        return Miss("host")
+    return _search_host(idx, per_host, capacity, barred, eligible, model, floors,
+                        costs is not None)
+
+
+def _covered_nowhere(idx: VictimIndex, per_host: int, capacity: Capacity,
+                     barred: set[str] | None, eligible: Rule, costs: CostModel | None) -> bool:
+    """True when the single-host search would fail; then its lasting effects are repeated.
+
+    Most single-host searches fail, and this decides that without a cost or
+    a plan. ``_search_host`` returns a plan iff one of the hosts it examines
+    (candidates with victims, not barred) has its request covered by free
+    GPUs alone, or by free GPUs plus eligible victims there (``cheapest_cover``
+    finds a subset iff their GPUs add up). While no host covers it, it has
+    no best plan, so on each host it asks the cost of every eligible victim
+    (not stopped) and of nothing else: failing, it has asked exactly those,
+    on every examined host. The order of the asks does not matter (a keep
+    value depends on the cycle's order, which no search changes), only the
+    set, which ``CostModel.ask`` repeats here. Eligible work is the rule's
+    to say, except that allocated work on more hosts than the rule's
+    ``span`` is never eligible: it is skipped without asking, and hosts
+    holding only such work are not visited (``hosts_by_span``). The hosts are
+    visited in any order: False (the caller then runs the full search,
+    which asks everything again) at the first that covers.
+    """
+    on_host = idx.on_host
+    by_free = capacity.by_free
+    for f in range(per_host, capacity.max_gpus + 1):
+        for host in by_free[f]:
+            if host in on_host and not (barred and host in barred):
+                return False  # free GPUs alone cover it there
+    span = eligible.span
+    free_of = capacity.free
+    bound = idx.victim_gpus
+    stopped_now = idx.stopped_now
+    anyone_stopped = bool(stopped_now)  # (mostly not: then no set lookup per victim)
+    asked: list[str] = []
+    for least, host, victims in idx.hosts_by_span:
+        if least > span:
+            break  # nothing here or further on is the rule's to take
+        deficit = per_host - free_of[host]
+        # (Covered by free GPUs (above), barred, or not a candidate (``VictimIndex.candidates``' test).)
+        if (deficit <= 0 or deficit > bound.get(host, 0)
+                or (barred is not None and host in barred)):
+            continue
+        have = 0
+        for v in victims:
+            if v.span <= span:
+                w = v.w
+                if not (anyone_stopped and w.id in stopped_now) and eligible.reason(w) is not None:
+                    have += gpus_on(v, host)
+                    asked.append(w.budget)
+        if have >= deficit:
             return False
-        vg = self.victim_gpus
-        for host, g in placed:
-            vg[host] = vg.get(host, 0) + g
-        self._victims[w.id] = w
-        self._placed[w.id] = placed
-        self._count(w, gpus)
-        return True
+    if costs is not None:
+        for budget in asked:
+            costs.ask(budget)
+    return True
 
-    def advanced(self, state: State) -> tuple[VictimIndex, int] | None:
-        """The index ``build`` would give for ``state``, from this built one, or None.
+def _search_host(idx: VictimIndex, per_host: int, capacity: Capacity, barred: set[str] | None,
+                 eligible: Rule, costs: CostModel, mins: dict[str, int], keep_mins: bool
+                 ) -> Plan | None:
+    """The cheapest plan on one host, or None (the hosts by name, the first cheapest plan).
 
-        Possible when only the running set and time moved since this one was
-        built (the same healthy hosts and tree: the caller checks) and the
-        running set's journal (``WorkloadsProjection.moves``) still reaches
-        back to it. A victim is a running workload past its protection with
-        GPUs on a healthy host, so between the two states the victims change
-        only for the workloads that started or stopped (judged again as
-        ``build`` judges them) and for those whose protection ended (popped
-        off the protection heap, where a run that since ended is stale and
-        skipped). Every count is a sum of one term per victim, so adding and
-        taking back terms gives the integers a fresh build sums, and no count
-        keeps a zero a fresh build would not have; the per-host victim lists
-        are re-sorted where a victim came or went, by the same total order.
-        Nothing a search reads depends on the order victims were added in.
-        """
-        wl = state.workloads
-        behind = wl.running_version - self.running_version
-        moves = wl.moves
-        if behind < 0 or behind > len(moves):
-            return None
-        now = state.now
-        running = wl.running
-        idx = VictimIndex()
-        idx.build_id = next(_BUILD_IDS)
-        idx.running_version = wl.running_version
-        idx.paths = self.paths
-        idx._usable = self._usable
-        idx._victims = dict(self._victims)
-        idx._placed = dict(self._placed)
-        idx.victim_gpus = dict(self.victim_gpus)
-        idx.by_node = dict(self.by_node)
-        idx.by_priority = dict(self.by_priority)  # a leaf's own dict is copied when it changes
-        idx.unallocated_gpus = self.unallocated_gpus
-        protected = idx._protected = list(self._protected)
-        stopped_now: set[str] = set()
-        came: list[Workload] = []
-        touched = {m.id for m in moves[len(moves) - behind:]} if behind else set()
-        for wid in sorted(touched):
-            if wid in idx._victims:
-                idx._take_back(wid)
-                stopped_now.add(wid)
-            w = running.get(wid)
-            if w is None:
-                continue
-            if w.protected_at(now):
-                if w.protected_until is not None:
-                    heappush(protected, (w.protected_until, wid, w.runs))
-            else:
-                idx._unshare_priority(w.budget)
-                if idx._add(w):
-                    came.append(w)
-        while protected:
-            until, wid, run = protected[0]
-            w = running.get(wid)
-            if w is None or w.runs != run:  # that run ended: its entry is stale
-                heappop(protected)
-            elif until <= now:  # its protection ended: a victim now
-                heappop(protected)
-                idx._unshare_priority(w.budget)
-                if idx._add(w):
-                    came.append(w)
-            else:
-                break
-        idx.size = len(idx._victims)
-        idx._ids = set(idx._victims)
-        if self._on_host is not None:
-            idx._on_host, idx._hosts_by_span = self._moved_on_host(stopped_now, came, idx._placed)
-        return idx, protected[0][0] if protected else NEVER
-
-    def _unshare_priority(self, leaf: str) -> None:
-        prio = self.by_priority.get(leaf)
-        if prio is not None:
-            self.by_priority[leaf] = dict(prio)
-
-    def _take_back(self, wid: str) -> None:
-        """Remove a victim of this (new, unshared) index with the GPUs it was counted with."""
-        w = self._victims.pop(wid)
-        vg = self.victim_gpus
-        gpus = 0
-        for host, g in self._placed.pop(wid):
-            left = vg[host] - g
-            if left:
-                vg[host] = left
-            else:
-                del vg[host]
-            gpus += g
-        if not w.allocated:
-            self.unallocated_gpus -= gpus
-            return
-        by_node = self.by_node
-        for node in self.paths.get(w.budget, ()):
-            left = by_node[node] - gpus
-            if left:
-                by_node[node] = left
-            else:
-                del by_node[node]
-        self._unshare_priority(w.budget)
-        prio = self.by_priority[w.budget]
-        left = prio[w.priority] - gpus
-        if left:
-            prio[w.priority] = left
-        else:
-            del prio[w.priority]
-            if not prio:
-                del self.by_priority[w.budget]
-
-    def _moved_on_host(self, stopped_now: set[str], came: list[Workload],
-                       placed: dict[str, tuple[tuple[str, int], ...]]
-                       ) -> tuple[dict[str, list[Victim]], list[HostBySpan]]:
-        """This index's per-host lists and ``hosts_by_span``, ``stopped_now`` taken out and ``came`` put in."""
-        assert self._on_host is not None and self._hosts_by_span is not None
-        on_host = dict(self._on_host)
-        changed: dict[str, list[Victim]] = {}
-        for wid in stopped_now:
-            for host, _ in self._placed[wid]:
-                changed.setdefault(host, [])
-        for w in came:
-            v = Victim(w)
-            for host, _ in placed[w.id]:
-                changed.setdefault(host, []).append(v)
-        by_span = list(self._hosts_by_span)  # (a bisection per changed host, not a sort)
-        for host, new in changed.items():
-            old = on_host.get(host)
-            if old is not None:
-                del by_span[bisect_left(by_span, (_least(old), host))]
-            victims = [v for v in old or () if v.w.id not in stopped_now]
-            victims += new
-            if victims:
-                victims.sort(key=_order)
-                on_host[host] = victims
-                insort(by_span, (_least(victims), host, victims))
-            else:
-                on_host.pop(host, None)
-        return on_host, by_span
-
-    @classmethod
-    def for_cycle(cls, state: State, stopped_now: set[str]) -> VictimIndex:
-        """A fork of the memoised index for ``state``, minus the workloads in ``stopped_now``."""
-        key = (state.workloads.running_version, state.cluster_state.health_version,
-               state.budget.version)
-        cached = state.memos.victims
-        now = state.now
-        if cached is not None and cached[0] == key and cached[1] <= now < cached[2]:
-            base = cached[3]
-        else:
-            made = None
-            if cached is not None and cached[0][1:] == key[1:] and cached[1] <= now:
-                made = cached[3].advanced(state)
-            base, next_end = made if made is not None else cls.build(state)
-            if cached is not None and cached[0] == key and cached[1] <= now:
-                base._descend_from(cached[3])
-            state.memos.victims = (key, now, next_end, base)
-        return base.fork(stopped_now)
-
-    def _descend_from(self, old: VictimIndex) -> None:
-        """Record ``old`` (an earlier build of the same world) and what this one adds to it.
-
-        In one world protections only end, so this build's victims are ``old``'s
-        plus those whose protection ended since; the hosts they sit on are the
-        only ones where a search can now do better (``recheck``).
-        """
-        if not old._ids <= self._ids:  # pragma: no cover - a protection never restarts
-            return
-        usable = self._usable
-        added = frozenset(h for w in self._victims.values() if w.id not in old._ids
-                          for h, _ in w.placement if h in usable)
-        earlier_builds = {s: hs | added for s, hs in old.earlier_builds.items()}
-        earlier_builds[old.build_id] = added
-        if len(earlier_builds) > _EARLIER_BUILDS_KEPT:
-            for s in sorted(earlier_builds)[: len(earlier_builds) - _EARLIER_BUILDS_KEPT]:
-                del earlier_builds[s]
-        self.earlier_builds = earlier_builds
-
-    def fork(self, stopped_now: set[str]) -> VictimIndex:
-        """A copy whose counts this cycle may change; the heavy parts are shared.
-
-        The counts too are shared until the fork first discards a victim (most
-        cycles stop nobody), then copied (``_unshare``).
-        """
-        idx = VictimIndex()
-        idx.build_id = self.build_id
-        idx.earlier_builds = self.earlier_builds
-        idx.paths = self.paths
-        idx._usable = self._usable
-        idx._victims = self._victims
-        idx._ids = self._ids
-        idx._base = self._base or self
-        idx._on_host = idx._base._on_host
-        idx._hosts_by_span = idx._base._hosts_by_span
-        idx.victim_gpus = self.victim_gpus
-        idx.by_node = self.by_node
-        idx.by_priority = self.by_priority
-        idx._shared = True
-        idx.unallocated_gpus = self.unallocated_gpus
-        idx.size = self.size
-        idx.stopped_now = stopped_now
-        if stopped_now:
-            for w in [w for w in self._victims.values() if w.id in stopped_now]:
-                idx.discard(w)
-        return idx
-
-    def _unshare(self) -> None:
-        self._ids = set(self._ids)
-        self.victim_gpus = dict(self.victim_gpus)
-        self.by_node = dict(self.by_node)
-        self.by_priority = {leaf: dict(p) for leaf, p in self.by_priority.items()}
-        self._shared = False
-
-    @property
-    def on_host(self) -> dict[str, list[Victim]]:
-        """Victims per healthy host, in a fixed order (built when a search first needs it)."""
-        if self._on_host is None:
-            on_host: dict[str, list[Victim]] = {}
-            usable = self._usable
-            for w in self._victims.values():
-                v = Victim(w)
-                for host, _ in w.placement:
-                    if host in usable:
-                        on_host.setdefault(host, []).append(v)
-            for victims in on_host.values():
-                victims.sort(key=_order)
-            self._on_host = on_host
-            self._hosts_by_span = sorted((_least(vs), host, vs) for host, vs in on_host.items())
-            if self._base is not None:
-                self._base._on_host = on_host
-                self._base._hosts_by_span = self._hosts_by_span
-        return self._on_host
-
-    @property
-    def hosts_by_span(self) -> list[HostBySpan]:
-        """Every host with victims as (their least ``Victim.span``, host, ``on_host`` list), sorted.
-
-        A rule of span s can take victims only on the hosts of the prefix whose
-        least span is at most s: the searches' feasibility checks, which sum
-        what a rule could take, read only those. Built with ``on_host``.
-        """
-        if self._hosts_by_span is None:
-            self.on_host  # noqa: B018 - builds both
-        assert self._hosts_by_span is not None
-        return self._hosts_by_span
-
-    def _count(self, w: Workload, gpus: int) -> None:
-        if not w.allocated:
-            self.unallocated_gpus += gpus
-            return
-        by_node = self.by_node
-        for node in self.paths.get(w.budget, ()):
-            by_node[node] = by_node.get(node, 0) + gpus
-        prio = self.by_priority.setdefault(w.budget, {})
-        prio[w.priority] = prio.get(w.priority, 0) + gpus
-
-    def lower_priority_gpus(self, leaf: str, priority: int) -> int:
-        """GPUs of ``leaf``'s own victims with priority below ``priority``."""
-        return sum(g for p, g in self.by_priority.get(leaf, {}).items() if p < priority)
-
-    def discard(self, w: Workload) -> None:
-        """``w`` stopped this cycle: it can no longer free anything."""
-        if w.id not in self._ids:
-            return
-        if self._shared:
-            self._unshare()
-        self._ids.discard(w.id)
-        self._cands = {}
-        mins = self._mins
-        gpus = 0
-        for host, g in w.placement:
-            mins.pop(host, None)
-            if host in self.victim_gpus:
-                self.victim_gpus[host] -= g
-                gpus += g
-        self.size -= 1
-        self._count(w, -gpus)
-
-    # ------------------------------------------------------------------ search
-
-    def search(
-        self,
-        hosts: int,
-        per_host: int,
-        ends_by: int,
-        capacity: Capacity,
-        eligible: Eligibility,
-        who: str = "",
-        costs: CostModel | None = None,
-    ) -> Plan | None:
-        """The cheapest plan placing ``hosts`` x ``per_host`` GPUs for ``who``, or None.
-
-        After a None, ``exact_fail`` says whether it held whatever the costs:
-        always for one host (a plan exists iff some allowed host's free GPUs and
-        eligible victims cover the request, which the knapsack finds whatever
-        it costs), and for a gang when it failed before any cost was asked
-        (too few hosts that eligible victims could ready, or it fits without
-        preemption). The cycle's failure memo needs that.
-        """
-        model = costs if costs is not None else flat_costs(0)
-        self.exact_fail = False
-        self.fail_kind = ""
-        self.fail_hosts = frozenset()
-        if hosts > 1:
-            return self._search_gang(hosts, per_host, ends_by, capacity, eligible, who, model)
-        if costs is None or costs is not self._mins_costs:
-            self._mins = {}
-            self._mins_costs = costs
-        # (None when no host is barred: mostly so, and then no lookup per host.)
-        barred = (capacity.barred(ends_by, who) or None) if capacity.reserved else None
-        if self._covered_nowhere(per_host, capacity, barred, eligible, costs):
-            self.exact_fail = True
-            self.fail_kind = "host"
-            return None
-        return self._search_host(per_host, capacity, barred, eligible, model, costs is not None)
-
-    def _covered_nowhere(self, per_host: int, capacity: Capacity, barred: set[str] | None,
-                         eligible: Eligibility, costs: CostModel | None) -> bool:
-        """True when the single-host search would fail; then its lasting effects are repeated.
-
-        Most single-host searches fail, and this decides that without a cost or
-        a plan. ``_search_host`` returns a plan iff one of the hosts it examines
-        (candidates with victims, not barred) has its request covered by free
-        GPUs alone, or by free GPUs plus eligible victims there (``_cover``
-        finds a subset iff their GPUs add up). While no host covers it, it has
-        no best plan, so on each host it asks the cost of every eligible victim
-        (not stopped) and of nothing else: failing, it has asked exactly those,
-        on every examined host. The order of the asks does not matter (a keep
-        value depends on the cycle's order, which no search changes), only the
-        set, which ``CostModel.ask`` repeats here. Eligible work is the rule's
-        to say, except that allocated work on more hosts than the rule's
-        ``span`` is never eligible: it is skipped without asking, and hosts
-        holding only such work are not visited (``hosts_by_span``). The hosts are
-        visited in any order: False (the caller then runs the full search,
-        which asks everything again) at the first that covers.
-        """
-        on_host = self.on_host
-        by_free = capacity.by_free
-        for f in range(per_host, capacity.max_gpus + 1):
-            for host in by_free[f]:
-                if host in on_host and not (barred and host in barred):
-                    return False  # free GPUs alone cover it there
-        span = eligible.span
-        free_of = capacity.free
-        bound = self.victim_gpus
-        stopped_now = self.stopped_now
-        anyone_stopped = bool(stopped_now)  # (mostly not: then no set lookup per victim)
-        asked: list[str] = []
-        for least, host, victims in self.hosts_by_span:
-            if least > span:
-                break  # nothing here or further on is the rule's to take
-            deficit = per_host - free_of[host]
-            # (Covered by free GPUs (above), barred, or not a candidate (``_candidates``' test).)
-            if (deficit <= 0 or deficit > bound.get(host, 0)
-                    or (barred is not None and host in barred)):
-                continue
-            have = 0
-            for v in victims:
-                if v.span <= span:
+    ``mins``: the index's cost floors for ``costs`` (``VictimIndex.cost_floors``);
+    ``keep_mins``: ``costs`` is the cycle's, so per-host minimums may be kept.
+    """
+    stopped_now = idx.stopped_now
+    free_of = capacity.free
+    best: tuple[tuple[int, int, str], list[tuple[Victim, str]]] | None = None
+    on_host = idx.on_host
+    # The hosts with victims, by name (the candidates' order), whose free GPUs
+    # and victims can reach the request: no other host passes the bound.
+    for host in idx.candidates(capacity, per_host):
+        victims = on_host.get(host)  # type: ignore[assignment]
+        if victims is None:
+            continue
+        free = free_of[host]
+        deficit = per_host - free
+        if barred and host in barred:
+            continue
+        if deficit <= 0:
+            key = (0, free, host)
+            if best is None or key < best[0]:
+                best = (key, [])
+            continue
+        if best is not None:
+            # Costs only add up: a host whose cheapest victim alone costs more than
+            # the best plan so far cannot beat it (checked before any rule is asked).
+            limit = best[0][0]
+            cheapest = mins.get(host)
+            if cheapest is None:
+                # Ask the costs here in order until one is within the limit
+                # (the asks are those of ``all(cost > limit)``). Below the
+                # least cost of any allocated victim, an allocated victim's
+                # cost is not needed, only the ask's lasting effect (the
+                # plan found is returned, so only its keep value lasts).
+                low = NEVER_COST
+                for v in victims:
                     w = v.w
-                    if not (anyone_stopped and w.id in stopped_now) and eligible.reason(w) is not None:
-                        have += _gpus_on(v, host)
-                        asked.append(w.budget)
-            if have >= deficit:
-                return False
-        if costs is not None:
-            for budget in asked:
-                costs.ask(budget)
-        return True
-
-    def _search_host(self, per_host: int, capacity: Capacity, barred: set[str] | None,
-                     eligible: Eligibility, costs: CostModel, keep_mins: bool) -> Plan | None:
-        """The cheapest plan on one host, or None (the hosts by name, the first cheapest plan).
-
-        ``keep_mins``: ``costs`` is the cycle's, so per-host minimums may be kept.
-        """
-        mins = self._mins
-        stopped_now = self.stopped_now
-        free_of = capacity.free
-        best: tuple[tuple[int, int, str], list[tuple[Victim, str]]] | None = None
-        on_host = self.on_host
-        # The hosts with victims, by name (the candidates' order), whose free GPUs
-        # and victims can reach the request: no other host passes the bound.
-        for host in self._candidates(capacity, per_host):
-            victims = on_host.get(host)  # type: ignore[assignment]
-            if victims is None:
+                    if w.id not in stopped_now:
+                        if limit < _ALLOCATED_LEAST and w.allocated:
+                            costs.ask(w.budget)
+                            c = _ALLOCATED_LEAST
+                        else:
+                            c = costs.of(w)
+                            if c <= limit:
+                                break
+                        if c < low:
+                            low = c
+                else:
+                    # Every cost here was asked for (and is now fixed for the
+                    # cycle), so a lower bound of their minimum can be kept:
+                    # later searches ask nothing new here, as the full walk
+                    # would not, and skip the host when it exceeds their limit.
+                    if keep_mins:
+                        mins[host] = low
+                    continue
+            elif cheapest > limit:
                 continue
-            free = free_of[host]
+        items: list[tuple[Victim, int, int, str]] = []
+        for v in victims:
+            if v.w.id in stopped_now:
+                continue
+            why = eligible.reason(v.w)
+            if why is not None:
+                items.append((v, gpus_on(v, host), costs.of(v.w), why))
+        if not items:
+            continue
+        found = cheapest_cover(items, deficit)
+        if found is None:
+            continue
+        key = (found[0], free, host)
+        if best is None or key < best[0]:
+            best = (key, [(items[i][0], items[i][3]) for i in found[1]])
+    if best is None:  # (not after ``_covered_nowhere`` said some host covers it)
+        return None
+    (cost, _, host), chosen = best
+    return Plan([host], chosen, cost)
+
+
+def fails_again(idx: VictimIndex, kind: str, seen: frozenset[str], since: int, hosts: int,
+                per_host: int, ends_by: int, capacity: Capacity, eligible: Rule, who: str = ""
+                ) -> tuple[str, frozenset[str], set[str]] | None:
+    """Whether a search that failed exactly at build ``since`` of this world fails on ``idx`` too.
+
+    ``kind`` and ``seen`` are that search's ``Miss`` (``kind``, ``hosts``).
+    Returns None when this index might do better (the caller then searches),
+    else the miss as ``cheapest_plan`` would have returned it here:
+    ``(kind, hosts, budgets)``, ``budgets`` being those of the victims a full
+    search here would cost beyond the earlier one's.
+
+    Why that is exact: between two builds of one world (``earlier_builds``) the
+    free GPUs, reservations, fair-share order and hence every victim's
+    eligibility are the same, and victims are only added, on the hosts
+    ``earlier_builds[since]`` names. Every other host looks to the search exactly
+    as it did, so it fails there again, costing the same victims. So:
+
+    - one host: the full search fails iff no host of the earlier builds passes
+      (free GPUs, the bound, allowed) with free GPUs plus eligible victims
+      covering the request (``cheapest_cover`` finds a cover iff the GPUs add up); a
+      failing search costs every eligible victim on every host that passes;
+    - a gang, failed for too few hosts that eligible victims could ready
+      (``seen``, every host was counted): those stay ready, and only hosts
+      of the earlier builds can join them; that failure asked no cost;
+    - a gang that fits without preemption: free GPUs alone decided it.
+    """
+    added = idx.earlier_builds.get(since)
+    if added is None:
+        return None
+    if kind == "fits":
+        return (kind, seen, set())
+    free_of = capacity.free
+    bound = idx.victim_gpus
+    reserved = capacity.reserved
+    stopped_now = idx.stopped_now
+    on_host = idx.on_host
+    if kind == "host":
+        budgets: set[str] = set()
+        for host in added:
+            free = free_of.get(host)
+            if free is None:
+                continue
             deficit = per_host - free
-            if barred and host in barred:
+            if deficit > bound.get(host, 0) or (reserved and not capacity.allowed(host, ends_by, who)):
                 continue
             if deficit <= 0:
-                key = (0, free, host)
-                if best is None or key < best[0]:
-                    best = (key, [])
-                continue
-            if best is not None:
-                # Costs only add up: a host whose cheapest victim alone costs more than
-                # the best plan so far cannot beat it (checked before any rule is asked).
-                limit = best[0][0]
-                cheapest = mins.get(host)
-                if cheapest is None:
-                    # Ask the costs here in order until one is within the limit
-                    # (the asks are those of ``all(cost > limit)``). Below the
-                    # least cost of any allocated victim, an allocated victim's
-                    # cost is not needed, only the ask's lasting effect (the
-                    # plan found is returned, so only its keep value lasts).
-                    low = NEVER_COST
-                    for v in victims:
-                        w = v.w
-                        if w.id not in stopped_now:
-                            if limit < _ALLOCATED_LEAST and w.allocated:
-                                costs.ask(w.budget)
-                                c = _ALLOCATED_LEAST
-                            else:
-                                c = costs.of(w)
-                                if c <= limit:
-                                    break
-                            if c < low:
-                                low = c
-                    else:
-                        # Every cost here was asked for (and is now fixed for the
-                        # cycle), so a lower bound of their minimum can be kept:
-                        # later searches ask nothing new here, as the full walk
-                        # would not, and skip the host when it exceeds their limit.
-                        if keep_mins:
-                            mins[host] = low
-                        continue
-                elif cheapest > limit:
-                    continue
-            items: list[tuple[Victim, int, int, str]] = []
-            for v in victims:
-                if v.w.id in stopped_now:
-                    continue
-                why = eligible.reason(v.w)
-                if why is not None:
-                    items.append((v, _gpus_on(v, host), costs.of(v.w), why))
-            if not items:
-                continue
-            found = _cover(items, deficit)
-            if found is None:
-                continue
-            key = (found[0], free, host)
-            if best is None or key < best[0]:
-                best = (key, [(items[i][0], items[i][3]) for i in found[1]])
-        if best is None:  # (not after ``_covered_nowhere`` said some host covers it)
-            return None
-        (cost, _, host), chosen = best
-        return Plan([host], chosen, cost)
+                return None
+            have = 0
+            for v in on_host.get(host, ()):
+                if v.w.id not in stopped_now and eligible.reason(v.w) is not None:
+                    have += gpus_on(v, host)
+                    budgets.add(v.w.budget)
+            if have >= deficit:
+                return None
+        return (kind, seen, budgets)
+    joined: set[str] = set(seen)
+    for h in added:
+        f = free_of.get(h)
+        if (h in joined or f is None or (f < per_host and per_host - f > bound.get(h, 0))
+                or (reserved and not capacity.allowed(h, ends_by, who))):
+            continue
+        have = f
+        if have < per_host:
+            for v in on_host.get(h, ()):
+                if v.w.id not in stopped_now and eligible.reason(v.w) is not None:
+                    have += gpus_on(v, h)
+                    if have >= per_host:
+                        break
+        if have >= per_host:
+            joined.add(h)
+    if len(joined) >= hosts:
+        return None
+    return (kind, frozenset(joined), set())
 
-    def recheck(self, kind: str, seen: frozenset[str], since: int, hosts: int, per_host: int,
-                ends_by: int, capacity: Capacity, eligible: Eligibility, who: str = ""
-                ) -> tuple[str, frozenset[str], set[str]] | None:
-        """Whether a search that failed exactly at build ``since`` of this world fails here too.
+def ready_hosts(idx: VictimIndex, hosts: int, per_host: int, capacity: Capacity,
+           barred: set[str] | None,
+           eligible: Rule) -> list[str]:
+    """Hosts not barred that could be readied if every eligible victim there went.
 
-        ``kind`` and ``seen`` are what that search left in ``fail_kind`` and
-        ``fail_hosts``. Returns None when this index might do better (the caller
-        then searches), else the failure as ``search`` would have left it here:
-        ``(fail_kind, fail_hosts, budgets)``, ``budgets`` being those of the
-        victims a full search here would cost beyond the earlier one's.
-
-        Why that is exact: between two builds of one world (``earlier_builds``) the
-        free GPUs, reservations, fair-share order and hence every victim's
-        eligibility are the same, and victims are only added, on the hosts
-        ``earlier_builds[since]`` names. Every other host looks to the search exactly
-        as it did, so it fails there again, costing the same victims. So:
-
-        - one host: the full search fails iff no host of the earlier builds passes
-          (free GPUs, the bound, allowed) with free GPUs plus eligible victims
-          covering the request (``_cover`` finds a cover iff the GPUs add up); a
-          failing search costs every eligible victim on every host that passes;
-        - a gang, failed for too few hosts that eligible victims could ready
-          (``seen``, every host was counted): those stay ready, and only hosts
-          of the earlier builds can join them; that failure asked no cost;
-        - a gang that fits without preemption: free GPUs alone decided it.
-        """
-        added = self.earlier_builds.get(since)
-        if added is None:
-            return None
-        if kind == "fits":
-            return (kind, seen, set())
-        free_of = capacity.free
-        bound = self.victim_gpus
-        reserved = capacity.reserved
-        stopped_now = self.stopped_now
-        on_host = self.on_host
-        if kind == "host":
-            budgets: set[str] = set()
-            for host in added:
-                free = free_of.get(host)
-                if free is None:
-                    continue
-                deficit = per_host - free
-                if deficit > bound.get(host, 0) or (reserved and not capacity.allowed(host, ends_by, who)):
-                    continue
-                if deficit <= 0:
-                    return None
-                have = 0
-                for v in on_host.get(host, ()):
-                    if v.w.id not in stopped_now and eligible.reason(v.w) is not None:
-                        have += _gpus_on(v, host)
-                        budgets.add(v.w.budget)
-                if have >= deficit:
-                    return None
-            return (kind, seen, budgets)
-        joined: set[str] = set(seen)
-        for h in added:
-            f = free_of.get(h)
-            if (h in joined or f is None or (f < per_host and per_host - f > bound.get(h, 0))
-                    or (reserved and not capacity.allowed(h, ends_by, who))):
-                continue
-            have = f
-            if have < per_host:
-                for v in on_host.get(h, ()):
-                    if v.w.id not in stopped_now and eligible.reason(v.w) is not None:
-                        have += _gpus_on(v, h)
-                        if have >= per_host:
-                            break
-            if have >= per_host:
-                joined.add(h)
-        if len(joined) >= hosts:
-            return None
-        return (kind, frozenset(joined), set())
-
-    def _ready(self, hosts: int, per_host: int, capacity: Capacity, barred: set[str] | None,
-               eligible: Eligibility) -> list[str]:
-        """Hosts not barred that could be readied if every eligible victim there went.
-
-        Stops at ``hosts`` of them; the caller needs how many (up to that) and,
-        when too few, which. So any order: first the hosts with enough free GPUs,
-        then those of ``hosts_by_span`` whose eligible victims make up the rest (no other
-        host holds work the rule could take, and the rule is asked only where
-        all the victims' GPUs would do: ``_candidates``' test).
-        """
-        ready: list[str] = []
-        by_free = capacity.by_free
-        for f in range(per_host, capacity.max_gpus + 1):
-            for h in by_free[f]:
-                if not (barred and h in barred):
-                    ready.append(h)
-        if len(ready) >= hosts:
-            return ready
-        span = eligible.span
-        free = capacity.free
-        bound = self.victim_gpus
-        stopped_now = self.stopped_now
-        anyone_stopped = bool(stopped_now)  # (mostly not: then no set lookup per victim)
-        # A rule kept to its own leaf readies a whole host only where every other
-        # piece of work is its to take: with nobody stopped in this cycle, only the hosts of
-        # ``sole_leaf`` (scheduler/index/sole_leaf.py) can pass; the walk of each is
-        # the same. (Whole hosts: ``per_host`` at least any host's GPUs.)
-        own = eligible.own_leaf
-        scans: tuple[list[HostBySpan], ...] = (self.hosts_by_span,)
-        if (own is not None and self.sole_leaf is not None and not anyone_stopped
-                and per_host >= capacity.max_gpus):
-            scans = self.sole_leaf(self.on_host, self.hosts_by_span).lights(own)
-        for scan in scans:
-            for least, h, victims in scan:
-                if least > span:
-                    break  # nothing here or further on (in this list) is the rule's to take
-                have = free[h]
-                if (have >= per_host or per_host - have > bound.get(h, 0)
-                        or (barred is not None and h in barred)):
-                    continue  # (counted above; not even all its victims would do; or barred)
-                for v in victims:
-                    if (v.span <= span and not (anyone_stopped and v.w.id in stopped_now)
-                            and eligible.reason(v.w) is not None):
-                        have += _gpus_on(v, h)
-                        if have >= per_host:
-                            break
-                if have >= per_host:
-                    ready.append(h)
-                    if len(ready) >= hosts:
-                        return ready
+    Stops at ``hosts`` of them; the caller needs how many (up to that) and,
+    when too few, which. So any order: first the hosts with enough free GPUs,
+    then those of ``hosts_by_span`` whose eligible victims make up the rest (no other
+    host holds work the rule could take, and the rule is asked only where
+    all the victims' GPUs would do: ``VictimIndex.candidates``' test).
+    """
+    ready: list[str] = []
+    by_free = capacity.by_free
+    for f in range(per_host, capacity.max_gpus + 1):
+        for h in by_free[f]:
+            if not (barred and h in barred):
+                ready.append(h)
+    if len(ready) >= hosts:
         return ready
+    span = eligible.span
+    free = capacity.free
+    bound = idx.victim_gpus
+    stopped_now = idx.stopped_now
+    anyone_stopped = bool(stopped_now)  # (mostly not: then no set lookup per victim)
+    # A rule kept to its own leaf readies a whole host only where every other
+    # piece of work is its to take: with nobody stopped in this cycle, only the hosts of
+    # ``sole_leaf`` (scheduler/index/sole_leaf.py) can pass; the walk of each is
+    # the same. (Whole hosts: ``per_host`` at least any host's GPUs.)
+    own = eligible.own_leaf
+    scans: tuple[list[HostBySpan], ...] = (idx.hosts_by_span,)
+    if (own is not None and idx.sole_leaf is not None and not anyone_stopped
+            and per_host >= capacity.max_gpus):
+        scans = idx.sole_leaf(idx.on_host, idx.hosts_by_span).lights(own)
+    for scan in scans:
+        for least, h, victims in scan:
+            if least > span:
+                break  # nothing here or further on (in this list) is the rule's to take
+            have = free[h]
+            if (have >= per_host or per_host - have > bound.get(h, 0)
+                    or (barred is not None and h in barred)):
+                continue  # (counted above; not even all its victims would do; or barred)
+            for v in victims:
+                if (v.span <= span and not (anyone_stopped and v.w.id in stopped_now)
+                        and eligible.reason(v.w) is not None):
+                    have += gpus_on(v, h)
+                    if have >= per_host:
+                        break
+            if have >= per_host:
+                ready.append(h)
+                if len(ready) >= hosts:
+                    return ready
+    return ready
 
-    def _candidates(self, capacity: Capacity, per_host: int) -> list[str]:
-        """Healthy hosts, by name, whose free GPUs plus all their victims' reach ``per_host``.
+def _search_gang(
+    idx: VictimIndex,
+    hosts: int,
+    per_host: int,
+    ends_by: int,
+    capacity: Capacity,
+    eligible: Rule,
+    who: str,
+    costs: CostModel,
+) -> Plan | Miss | None:
+    """The cheapest set of victims readying ``hosts`` hosts with ``per_host`` GPUs each.
 
-        Whoever asks, before reservations: kept for the cycle's other searches
-        until its capacity changes or a victim goes.
-        """
-        if self._cands_of is not capacity or self._cands_at != capacity.version:
-            self._cands = {}
-            self._cands_of = capacity
-            self._cands_at = capacity.version
-        found = self._cands.get(per_host)
-        if found is None:
-            free, bound = capacity.free, self.victim_gpus
-            found = self._cands[per_host] = [
-                h for h in capacity.names
-                if (f := free[h]) >= per_host or per_host - f <= bound.get(h, 0)]
-        return found
+    First the checks that fail most gang searches without a cost (too few
+    hosts that eligible victims could ready, or no need to preempt), then
+    the plan (``_plan_gang``).
+    """
+    # (None when no host is barred: mostly so, and then no lookup per host.)
+    barred = (capacity.barred(ends_by, who) or None) if capacity.reserved else None
+    ready = ready_hosts(idx, hosts, per_host, capacity, barred, eligible)
+    if len(ready) < hosts:
+        return Miss("ready", frozenset(ready))
+    # Candidates (at least the ready hosts, so enough), by name: ``capacity.names``
+    # is ``free``'s keys already sorted, the same list as sorting those that pass.
+    candidates = idx.candidates(capacity, per_host)
+    if barred:
+        candidates = [h for h in candidates if h not in barred]
+    free = capacity.free
+    ready_free = [h for h in candidates if free[h] >= per_host]
+    need = hosts - len(ready_free)
+    if need <= 0:
+        return Miss("fits")  # it fits without preemption; the caller places it directly
+    return _plan_gang(idx, hosts, per_host, need, candidates, ready_free, capacity, eligible,
+                      costs)
 
-    def _search_gang(
-        self,
-        hosts: int,
-        per_host: int,
-        ends_by: int,
-        capacity: Capacity,
-        eligible: Eligibility,
-        who: str,
-        costs: CostModel,
-    ) -> Plan | None:
-        """The cheapest set of victims readying ``hosts`` hosts with ``per_host`` GPUs each.
+def _plan_gang(idx: VictimIndex, hosts: int, per_host: int, need: int, candidates: list[str],
+               ready_free: list[str], capacity: Capacity, eligible: Rule,
+               costs: CostModel) -> Plan | None:
+    """The cheapest victims readying ``need`` more ``candidates`` (``ready_free`` are ready).
 
-        First the checks that fail most gang searches without a cost (too few
-        hosts that eligible victims could ready, or no need to preempt), then
-        the plan (``_plan_gang``).
-        """
-        # (None when no host is barred: mostly so, and then no lookup per host.)
-        barred = (capacity.barred(ends_by, who) or None) if capacity.reserved else None
-        ready = self._ready(hosts, per_host, capacity, barred, eligible)
-        if len(ready) < hosts:
-            self.exact_fail = True
-            self.fail_kind = "ready"
-            self.fail_hosts = frozenset(ready)
-            return None
-        # Candidates (at least the ready hosts, so enough), by name: ``capacity.names``
-        # is ``free``'s keys already sorted, the same list as sorting those that pass.
-        candidates = self._candidates(capacity, per_host)
-        if barred:
-            candidates = [h for h in candidates if h not in barred]
-        free = capacity.free
-        ready_free = [h for h in candidates if free[h] >= per_host]
-        need = hosts - len(ready_free)
-        if need <= 0:
-            self.exact_fail = True
-            self.fail_kind = "fits"
-            return None  # it fits without preemption; the caller places it directly
-        return self._plan_gang(hosts, per_host, need, candidates, ready_free, capacity, eligible,
-                               costs)
+    Hosts linked by an eligible victim gang (one victim on several of them)
+    form a component: within it every subset of its victim gangs is tried,
+    the rest of each host's deficit covered by its single-host victims, which
+    gives the cheapest way to ready 1, 2, ... of its hosts. A host without
+    victim gangs is a component of one. A knapsack over components (at most
+    one choice each) then finds the cheapest total readying enough hosts.
+    """
+    stopped_now = idx.stopped_now
+    free = capacity.free
+    why: dict[str, str | None] = {}
 
-    def _plan_gang(self, hosts: int, per_host: int, need: int, candidates: list[str],
-                   ready_free: list[str], capacity: Capacity, eligible: Eligibility,
-                   costs: CostModel) -> Plan | None:
-        """The cheapest victims readying ``need`` more ``candidates`` (``ready_free`` are ready).
+    def reason(v: Victim) -> str | None:
+        wid = v.w.id
+        if wid in why:
+            return why[wid]
+        r = why[wid] = None if wid in stopped_now else eligible.reason(v.w)
+        return r
 
-        Hosts linked by an eligible victim gang (one victim on several of them)
-        form a component: within it every subset of its victim gangs is tried,
-        the rest of each host's deficit covered by its single-host victims, which
-        gives the cheapest way to ready 1, 2, ... of its hosts. A host without
-        victim gangs is a component of one. A knapsack over components (at most
-        one choice each) then finds the cheapest total readying enough hosts.
-        """
-        stopped_now = self.stopped_now
-        free = capacity.free
-        why: dict[str, str | None] = {}
+    # 1. The eligible victims of each busy host: single-host ones, and gangs.
+    busy = [h for h in candidates if free[h] < per_host]
+    singles, gangs = _victims_on(busy, idx.on_host, reason, costs)
+    covers: dict[tuple[str, int], tuple[int, tuple[int, ...]] | None] = {}
 
-        def reason(v: Victim) -> str | None:
-            wid = v.w.id
-            if wid in why:
-                return why[wid]
-            r = why[wid] = None if wid in stopped_now else eligible.reason(v.w)
-            return r
+    def cover(h: str, deficit: int) -> tuple[int, tuple[int, ...]] | None:
+        key = (h, deficit)
+        if key not in covers:
+            covers[key] = cheapest_cover(singles[h], deficit) if singles[h] else None
+        return covers[key]
 
-        # 1. The eligible victims of each busy host: single-host ones, and gangs.
-        busy = [h for h in candidates if free[h] < per_host]
-        singles, gangs = _victims_on(busy, self.on_host, reason, costs)
-        covers: dict[tuple[str, int], tuple[int, tuple[int, ...]] | None] = {}
-
-        def cover(h: str, deficit: int) -> tuple[int, tuple[int, ...]] | None:
-            key = (h, deficit)
-            if key not in covers:
-                covers[key] = _cover(singles[h], deficit) if singles[h] else None
-            return covers[key]
-
-        # 2. Components: busy hosts linked by victim gangs; per component, the
-        #    cheapest choice for each number of hosts it can ready.
-        lone: list[tuple[int, int, str, tuple[int, ...]]] = []  # one-host components
-        multi: list[dict[int, _Choice]] = []
-        for hs, vs in _components(busy, gangs):
-            if not vs:
-                h = hs[0]
-                c = cover(h, per_host - free[h])
-                if c is not None:
-                    lone.append((c[0], free[h], h, c[1]))
-                continue
-            options = _component_options(hs, vs, per_host, free, cover, costs)
-            if options:
-                multi.append(options)
-        # 3. The cheapest mix: a knapsack over the gang components, then the
-        #    cheapest one-host components fill the rest.
-        lone.sort()
-        chosen = _cheapest_mix(multi, lone, need)
-        if chosen is None:
-            return None
-        # 4. The victims of the chosen hosts, placed topology first.
-        chosen_gangs, plan_hosts = chosen
-        return _gang_plan(hosts, chosen_gangs, plan_hosts, singles, ready_free, free,
-                          capacity, why, costs)
+    # 2. Components: busy hosts linked by victim gangs; per component, the
+    #    cheapest choice for each number of hosts it can ready.
+    lone: list[tuple[int, int, str, tuple[int, ...]]] = []  # one-host components
+    multi: list[dict[int, _Choice]] = []
+    for hs, vs in _components(busy, gangs):
+        if not vs:
+            h = hs[0]
+            c = cover(h, per_host - free[h])
+            if c is not None:
+                lone.append((c[0], free[h], h, c[1]))
+            continue
+        options = _component_options(hs, vs, per_host, free, cover, costs)
+        if options:
+            multi.append(options)
+    # 3. The cheapest mix: a knapsack over the gang components, then the
+    #    cheapest one-host components fill the rest.
+    lone.sort()
+    chosen = _cheapest_mix(multi, lone, need)
+    if chosen is None:
+        return None
+    # 4. The victims of the chosen hosts, placed topology first.
+    chosen_gangs, plan_hosts = chosen
+    return _gang_plan(hosts, chosen_gangs, plan_hosts, singles, ready_free, free,
+                      capacity, why, costs)
 
 
 # One component's choice for a number of hosts readied: (cost, gang victims taken,
@@ -1060,7 +599,7 @@ def _victims_on(busy: list[str], on_host: dict[str, list[Victim]],
             if r is None:
                 continue
             if len(v.w.placement) == 1:
-                items.append((v, _gpus_on(v, h), costs.of(v.w), r))
+                items.append((v, gpus_on(v, h), costs.of(v.w), r))
             else:
                 gangs.setdefault(v.w.id, v)
         singles[h] = items
@@ -1209,18 +748,15 @@ def _gang_plan(hosts: int, chosen_gangs: list[Victim], plan_hosts: dict[str, tup
     return Plan(sorted(picked), victims, sum(costs.of(v.w) for v, _ in victims))
 
 
-def _order(v: Victim) -> tuple[object, ...]:
-    return v.order
 
-
-def _gpus_on(v: Victim, host: str) -> int:
+def gpus_on(v: Victim, host: str) -> int:
     for h, g in v.w.placement:
         if h == host:
             return g
     return 0
 
 
-def _cover(items: list[tuple[Victim, int, int, str]], deficit: int
+def cheapest_cover(items: list[tuple[Victim, int, int, str]], deficit: int
            ) -> tuple[int, tuple[int, ...]] | None:
     """The cheapest subset of ``items`` (victim, GPUs here, cost, reason) freeing ``deficit`` GPUs.
 
