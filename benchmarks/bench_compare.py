@@ -14,7 +14,11 @@ Figures per round: decide() on the bench_core state (burst: median of
 ``--skip-sim``, the simulation of ``--scenario`` (default: the shipped
 ai2-month) under ``--policy`` (default allot). A tree older than a scenario's
 format may not parse it: compare such a tree on a scenario it knows (the
-pre-calibration ai2-month is ``scenarios/ai2-month-light.toml``). Times are the
+pre-calibration ai2-month is ``scenarios/ai2-month-light.toml``). With
+``--scale``, also bench_scale's steady decide() at 10,000 GPUs and 20,000
+pending (``bench_scale.build`` / ``steady``: each measurement simulates
+``--scale-days`` of scale-10k in its tree, then times ``--scale-cycles``
+cycles; ``--skip-core`` leaves bench_core's cycles out). Times are the
 process's CPU time by default (``--clock wall`` for wall time): on a machine
 shared with other work, CPU time moves far less with the load. Do not edit
 either tree while it runs. Printed: each round, then the medians and the
@@ -22,6 +26,7 @@ after/before ratios.
 
 Usage: python -m benchmarks.bench_compare BEFORE [--rounds N] [--repeat N] [--skip-sim]
        [--scenario FILE] [--policy allot|baseline] [--clock cpu|wall]
+       [--scale [--scale-days D] [--scale-cycles N]] [--skip-core]
 """
 
 from __future__ import annotations
@@ -45,15 +50,25 @@ spec = importlib.util.spec_from_file_location("bench_core_here", {bench!r})
 bc = importlib.util.module_from_spec(spec); spec.loader.exec_module(bc)
 bc.time = types.SimpleNamespace(perf_counter=clock)  # steady_cycles times with our clock
 from scheduler import decide
-eng, _ = bc.build()
+eng, log = bc.build()
 st = eng.state
 for _ in range(2):
     decide(st, "bench")
 times = []
 for _ in range({repeat}):
     t0 = clock(); decide(st, "bench"); times.append(clock() - t0)
-steady, _ = bc.steady_cycles(eng)
+steady, _ = bc.steady_cycles(log)
 print(json.dumps({{"burst_ms": statistics.median(times) * 1e3, "steady_ms": steady * 1e3}}))
+"""
+
+SCALE = """
+import importlib.util, json, statistics, time
+spec = importlib.util.spec_from_file_location("bench_scale_here", {bench!r})
+bs = importlib.util.module_from_spec(spec); spec.loader.exec_module(bs)
+bs.CLOCK = time.{clock}
+eng, _ = bs.build({days!r})
+times, decided = bs.steady(eng, {cycles!r})
+print(json.dumps({{"scale_ms": statistics.median(times) * 1e3}}))
 """
 
 SIM = """
@@ -88,6 +103,13 @@ def main(argv: list[str] | None = None) -> None:
                     help="the scenario to simulate (default: scenarios/ai2-month.toml)")
     ap.add_argument("--policy", choices=("allot", "baseline"), default="allot",
                     help="the policy to simulate (default: allot)")
+    ap.add_argument("--scale", action="store_true",
+                    help="also bench_scale's decide() at 10,000 GPUs and 20,000 pending")
+    ap.add_argument("--scale-days", type=float, default=1.0,
+                    help="simulated days before bench_scale's top-up (default 1)")
+    ap.add_argument("--scale-cycles", type=int, default=30,
+                    help="bench_scale's timed cycles per measurement (default 30)")
+    ap.add_argument("--skip-core", action="store_true", help="skip bench_core's two cycles")
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                     help="process CPU time (default: steadier on a shared machine) or wall time")
     args = ap.parse_args(argv)
@@ -97,17 +119,23 @@ def main(argv: list[str] | None = None) -> None:
     core = CORE.format(bench=str(HERE / "benchmarks" / "bench_core.py"), repeat=args.repeat,
                        clock=clock)
     sim = SIM.format(scenario=str(args.scenario.resolve()), clock=clock, policy=args.policy)
+    scale = SCALE.format(bench=str(HERE / "benchmarks" / "bench_scale.py"), clock=clock,
+                         days=args.scale_days, cycles=args.scale_cycles)
     print(f"machine: {machine()}; load average {os.getloadavg()[0]:.2f}")
     print(f"before: {before}\nafter:  {HERE}\nclock: {args.clock}")
     if not args.skip_sim:
         print(f"simulation: {args.scenario} under {args.policy}")
+    if args.scale:
+        print(f"scale: bench_scale after {args.scale_days:g} days, {args.scale_cycles} cycles")
     results: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     for r in range(args.rounds):
         order = ("before", "after") if r % 2 == 0 else ("after", "before")
         for name in order:
-            fig = _measure(trees[name], core)
+            fig = {} if args.skip_core else _measure(trees[name], core)
             if not args.skip_sim:
                 fig.update(_measure(trees[name], sim))
+            if args.scale:
+                fig.update(_measure(trees[name], scale))
             results[name].append(fig)
             print(f"round {r + 1} {name:6s}: " + ", ".join(f"{k} {v:,.2f}" for k, v in fig.items()),
                   flush=True)
