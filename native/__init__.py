@@ -74,6 +74,7 @@ MODULES: tuple[str, ...] = (
     "scheduler/policy/reservations.py",
     "scheduler/policy/rules.py",
     "scheduler/policy/victims.py",
+    "scheduler/index/failure_memo.py",
     "scheduler/index/fair_share_order.py",
     "scheduler/index/host_free_times.py",
     "scheduler/index/sibling_sums.py",

@@ -46,7 +46,7 @@ class Memos:
         # The baseline's non-preemptible GPUs per team. Key: (running set version, budget
         # version, team depth); lapse: any of them changes.
         self.baseline_held: tuple[tuple[int, int, int], dict[str, int]] | None = None
-        # Searches that failed whatever the costs (``Cycle.failures``). Key: the world
+        # Searches that failed whatever the costs (scheduler/index/failure_memo.py). Key: the world
         # (``FailureWorld``); lapse: any part of it changes.
         self.failures: tuple[FailureWorld, dict[tuple[object, ...], object]] | None = None
         # The fair-share order's base (``FairShareBase``); its own ``current`` says

@@ -1,7 +1,7 @@
-"""The cycle's failure memo (``Cycle.failures``) changes no decision, and is really used.
+"""The cycle's failure memo (scheduler/index/failure_memo.py) changes no decision, and is really used.
 
 A victim search or reservation plan that failed at a world the cycle has not
-changed is not run again at the same world (see ``scheduler.policy.cycle.Cycle.failures``
+changed is not run again at the same world (see scheduler/index/failure_memo.py
 for the key); a search failure of an earlier victim index of the world (fewer
 protections ended) is re-checked on the new victims' hosts only, and the
 preemption bound ``freeable`` is kept there too. These tests run whole scenarios with the memo and with it

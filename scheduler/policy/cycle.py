@@ -41,11 +41,11 @@ import msgspec
 from projections.cluster import FAILED
 from projections.workloads import Workload
 from scheduler.emit import Emitter
+from scheduler.index.failure_memo import failures_at
 from scheduler.index.fair_share_order import (
     Ranking,
     activate_waiting,
     commitments,
-    fair_share_time,
 )
 from scheduler.index.host_free_times import HostFreeTimes
 from scheduler.index.sibling_sums import SiblingSums
@@ -549,41 +549,12 @@ class Cycle:
         return found
 
     def failures(self) -> dict[tuple[object, ...], object] | None:
-        """The failure memo for the world as this cycle sees it, or None once the cycle changed it.
-
-        A victim search or a reservation plan for a pending workload ``w`` is a
-        function of ``w`` and of: the free GPUs and the reservations on the
-        hosts; the running set (victims, and when each host's work stops being
-        protected); the victims' eligibility under ``w``'s rule, i.e. the
-        fair-share order (usage at the fair-share instant, commitments, shares);
-        and, for a search, which work is past its protection now. Until this
-        cycle starts or stops anything or commits usage, the free GPUs are the
-        state's (``running_version``, ``health_version``), the order is the
-        state's at the fair-share instant (those, ``budget.version``, the
-        policy), and the victims are those of the victim index's build
-        (``VictimIndex.build_id``: rebuilt when a protection ends). The memo is
-        keyed on exactly that world, plus per entry ``w`` and the reservations
-        it may not use (``_blocked``); a search entry also holds the build it
-        failed at. It holds only failures that no cost decided
-        (a ``Miss``; a plan that reached too few hosts).
-        Submissions, cancellations and time inside one fair-share period
-        change none of it, which is most cycles. A protection that ends adds
-        victims, and only on its hosts: an entry of an earlier build of the
-        world is re-checked there alone (``fails_again``), not redone.
-        The preemption bound (``freeable``) is kept here too, per index build id.
-        """
+        """The failure memo (scheduler/index/failure_memo.py) for the world as this cycle
+        sees it, or None once the cycle changed it (started, stopped or committed anything)."""
         if self.stopped_now or self.capacity.version or (self._ranking is not None and self._ranking.version):
             return None
         if self._failures is None:  # the world is the state's: looked up once per cycle
-            state = self.state
-            # (Guarantees read the running set, the budget and the GPUs present.)
-            world = (state.workloads.running_version, state.cluster_state.health_version,
-                     state.cluster_state.capacity, state.budget.version, fair_share_time(state),
-                     state.policy)
-            cached = state.memos.failures
-            if cached is None or cached[0] != world:
-                cached = state.memos.failures = (world, {})
-            self._failures = cached[1]
+            self._failures = failures_at(self.state)
         return self._failures
 
     def _blocked(self, wid: str, ends_by: int) -> tuple[str, ...]:

@@ -3,7 +3,9 @@
 Only workloads that are not protected can be victims: unallocated work (never
 protected) and allocated work past its minimum runtime. Which of those a
 candidate may take is a rule (``scheduler.policy.rules``); this module finds, for the
-hosts the candidate could use, the victims to stop.
+hosts the candidate could use, the victims to stop (``cheapest_plan``). It reads
+the victims per host and their counts from the victim index
+(``scheduler.index.victim_index``, an accelerator kept across cycles).
 
 **What a victim costs.** Stopping a workload loses the work it did since it
 could last resume: all of its current run if it is not resumable, the run
