@@ -43,12 +43,18 @@ default).
 ``--archive`` then times the archiver over the run's journal (real records)
 against a raw consume of the same journal on the same broker.
 
+``--trace`` has the worker write its batch trace (setting ``trace_file``) and
+splits each churn submission's latency into stages: the batches before it,
+the broker and fetch, its batch's inputs, a held-back cycle, the cycle, seal,
+produce and acks, and the benchmark's own read back
+(``benchmarks.live_breakdown``).
+
 ``--profile`` runs the worker under cProfile and prints where its time went
 (decode, verify, core, produce), grouped by module; profiling slows it, so the
 figures of a profiled run are not the benchmark's.
 
 Usage: python -m benchmarks.bench_live_scale [--unsigned|--signed|--both] [--pending N]
-       [--rates R1,R2] [--seconds S] [--restarts N] [--archive] [--profile]
+       [--rates R1,R2] [--seconds S] [--restarts N] [--archive] [--profile] [--trace]
        [--set KEY=VALUE]
        [--bootstrap HOST:PORT]
 """

@@ -124,6 +124,8 @@ def breakdown(batches: list[dict[str, Any]], partition: int,
     phase = [x for x in trace.batches if t0 <= x["h0"] <= t1]
     sizes = [sum(r[2] for r in x["recs"].values()) for x in phase]
     cycles = [c for x in phase for c in x["cycles"]]
+    cpu = [c[5] for c in cycles if len(c) > 5]
+    wall = sum(x["end"] - x["h0"] for x in phase)
     acked = sorted(r["total"] - r["observe"] for r in rows)
     return {"joined": len(rows), "all_mean_ms": mean_ms(rows),
             # Publish -> the decision acknowledged by the broker (the journal holds it): the
@@ -136,6 +138,11 @@ def breakdown(batches: list[dict[str, Any]], partition: int,
             "cycles": len(cycles), "cycle_ms_median": round(1000 * statistics.median(
                 [c[3] - c[2] for c in cycles] or [0]), 1),
             "cycle_ms_max": round(1000 * max([c[3] - c[2] for c in cycles] or [0]), 1),
+            "cycle_cpu_ms_median": round(1000 * statistics.median(cpu), 1) if cpu else None,
+            # The loop thread's CPU over the wall time of its batches: below 1, it waited
+            # for a core (other processes), and every stage above stretched by as much.
+            "batch_cpu_per_wall": round(sum(x.get("cpu_s", 0.0) for x in phase) / wall, 2)
+            if wall else None,
             "held_batches": sum(1 for x in phase if x["held"]),
             "gc_ms_total": round(1000 * sum(x["gc_s"] for x in phase), 1),
             "gc_gen2": sum(x["gc_n"][2] for x in phase)}

@@ -12,7 +12,9 @@ receive times (benchmarks/bench_live_scale.py, ``--trace``) and splits each
 submission's latency into stages.
 
 Cost: a few clock reads per batch and per cycle, one JSON line per batch,
-and a ``gc.callbacks`` hook (two clock reads per collection).
+and a ``gc.callbacks`` hook (two clock reads per collection). ``cpu_s`` (the
+batch's) and each cycle's last field are the loop thread's CPU time
+(``time.thread_time``): against wall time, how long it waited for a core.
 """
 
 from __future__ import annotations
@@ -44,16 +46,21 @@ class BatchTrace:
     def begin(self, poll0: float, poll1: float) -> None:
         """A batch fetched between ``poll0`` and ``poll1`` is about to be handled."""
         self.batch = {"poll0": poll0, "poll1": poll1, "h0": time.perf_counter(), "recs": {},
-                      "cycles": [], "held": False}
+                      "cycles": [], "held": False, "cpu0": time.thread_time()}
         self._gc_s = 0.0
         self._gc_n = [0, 0, 0]
 
     def records(self, partition: int, first: int, last: int, n: int) -> None:
         self.batch["recs"][str(partition)] = [first, last, n]
 
-    def cycle(self, kind: str, covers: int, t0: float, t1: float, decided: int) -> None:
-        """A cycle (``batch``: the worker's own tick; ``inbox``: a tick read from the inbox)."""
-        self.batch["cycles"].append([kind, covers, t0, t1, decided])
+    def cycle(self, kind: str, covers: int, t0: float, t1: float, decided: int,
+              cpu_s: float) -> None:
+        """A cycle (``batch``: the worker's own tick; ``inbox``: a tick read from the inbox).
+
+        ``cpu_s``: the loop thread's CPU time during it (against ``t1 - t0``: how
+        long it waited for a core).
+        """
+        self.batch["cycles"].append([kind, covers, t0, t1, decided, cpu_s])
 
     def mark(self, stage: str) -> None:
         self.batch[stage] = time.perf_counter()
@@ -61,6 +68,7 @@ class BatchTrace:
     def end(self) -> None:
         b = self.batch
         b["end"] = time.perf_counter()
+        b["cpu_s"] = time.thread_time() - b.pop("cpu0")
         b["gc_s"] = self._gc_s
         b["gc_n"] = list(self._gc_n)
         self._fh.write(json.dumps(b, separators=(",", ":")) + "\n")

@@ -1029,6 +1029,7 @@ class Worker:
                 rec = InboxRecord(topic=m.topic, partition=m.partition, offset=m.offset,
                                   key=m.key, value=m.value, headers=tuple(m.headers or ()))
                 t1 = time.perf_counter()
+                c1 = time.thread_time() if trace is not None else 0.0
                 outcome = proc.handle(rec, st.engines, checked)
                 st.next_offset = m.offset + 1
                 if isinstance(outcome, Accepted):
@@ -1037,7 +1038,8 @@ class Worker:
                         t2 = time.perf_counter()
                         self.metrics.cycle_seconds.labels(ev.cluster).observe(t2 - t1)
                         if trace is not None and ev.cycle:
-                            trace.cycle("inbox", m.offset, t1, t2, len(outcome.derived))
+                            trace.cycle("inbox", m.offset, t1, t2, len(outcome.derived),
+                                        time.thread_time() - c1)
                         st.nudges.pop(ev.cluster, None)
                         if ev.cycle:
                             due.pop(ev.cluster, None)
@@ -1079,12 +1081,12 @@ class Worker:
             t_cycles = time.perf_counter()
             again: dict[str, int] = {}
             for cluster, offset in st.cycle_due.items():
-                t_c = time.perf_counter()
+                t_c, c_c = time.perf_counter(), time.thread_time()
                 n_again = st.cycle_again.get(cluster, 0)
                 cycled = self._cycle_in_batch(st, out, cluster, offset, n_again)
                 if trace is not None and cycled is not None:
                     trace.cycle("batch", st.next_offset - 1, t_c, time.perf_counter(),
-                                len(cycled.derived))
+                                len(cycled.derived), time.thread_time() - c_c)
                 if cycled is not None and processor.changes_schedule(cycled):
                     if self.settings.cycle_continue:
                         # A cycle's work is bounded: run the next one as a batch cycle too,
