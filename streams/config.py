@@ -132,7 +132,8 @@ class WorkerSettings:
         "After batch cycles that took t seconds, the next waits until t / share has "
         "passed since they began (the inputs in between join one cycle); ticks and nudges "
         "from the inbox are not held back. 1: a cycle after every batch (the default: holding "
-        "cycles back made the p99 worse, 620 against 205-249 ms, docs/benchmarks.md).", 1.0)
+        "cycles back made the p99 worse: at 0.5, 392 / 1,249 ms unsigned / signed against "
+        "285 / 688 ms, docs/benchmarks.md).", 1.0)
     cycle_continue: bool = _doc(
         "With `cycle_in_batch`: after a cycle that decided something (a cycle's work is "
         "bounded, so more may be startable), run the next cycle as a batch cycle too (id "
@@ -156,7 +157,8 @@ class WorkerSettings:
     gc_freeze: bool = _doc(
         "Keep the long-lived state out of the garbage collector's full scans: `gc.freeze()` "
         "after a partition is taken and after each full collection (`streams/gc_freeze.py`); "
-        "at 20,000 pending a full collection otherwise stops the loop for 50-90 ms.", True)
+        "at 20,000 pending a full collection otherwise stopped the loop for a median 89-100 ms "
+        "(25-27 ms with it, load 9-13).", True)
     trace_file: str = _doc(
         "Measuring aid: append one JSON line per handled batch to this file (its poll, "
         "records, cycles, seal, produce, acks and GC pauses, `streams/batch_trace.py`); "

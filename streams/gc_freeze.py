@@ -2,9 +2,10 @@
 
 CPython's full (generation 2) collection walks every tracked object. A worker
 at 10,000 GPUs and 20,000 pending holds a large state, and a full collection
-then stops the loop for 50-90 ms (measured with the batch trace,
-``bench_live_scale --trace``, 2026-12-07): it lands on whichever submissions
-are waiting and sets the p99. ``gc.freeze()`` moves every tracked object to a
+then stopped the loop for a median 89-100 ms (36 full collections in eight
+runs, load 9-13; measured with the batch trace, ``bench_live_scale --trace``,
+2026-12-07), 25-27 ms with these freezes: the pause lands on whichever
+submissions are waiting. ``gc.freeze()`` moves every tracked object to a
 permanent generation that collections skip. The worker freezes (setting
 ``gc_freeze``):
 
