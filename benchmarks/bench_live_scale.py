@@ -43,12 +43,18 @@ default).
 ``--archive`` then times the archiver over the run's journal (real records)
 against a raw consume of the same journal on the same broker.
 
+``--trace`` has the worker write its batch trace (setting ``trace_file``) and
+splits each churn submission's latency into stages: the batches before it,
+the broker and fetch, its batch's inputs, a held-back cycle, the cycle, seal,
+produce and acks, and the benchmark's own read back
+(``benchmarks.live_breakdown``).
+
 ``--profile`` runs the worker under cProfile and prints where its time went
 (decode, verify, core, produce), grouped by module; profiling slows it, so the
 figures of a profiled run are not the benchmark's.
 
 Usage: python -m benchmarks.bench_live_scale [--unsigned|--signed|--both] [--pending N]
-       [--rates R1,R2] [--seconds S] [--restarts N] [--archive] [--profile]
+       [--rates R1,R2] [--seconds S] [--restarts N] [--archive] [--profile] [--trace]
        [--set KEY=VALUE]
        [--bootstrap HOST:PORT]
 """
@@ -87,10 +93,12 @@ from benchmarks.bench_live import (
     wait_for,
 )
 from benchmarks.common import machine, scenario_at
+from benchmarks.live_breakdown import breakdown
 from events import Event, encode
 from events.factory import Inputs
 from simulator.driver import Simulation, load_sources
 from simulator.spec import WorkloadSpec
+from streams import batch_trace
 from streams.broker import TansuBroker
 from streams.records import INBOX, JOURNAL, KIND_CLAIM, KIND_INPUT, Claim, topic
 from streams.topics import ensure_topics
@@ -121,11 +129,14 @@ class Follower(Journal):
     def __init__(self, bootstrap: str, prefix: str, partition: int) -> None:
         super().__init__(bootstrap, prefix, partition)
         self.journaled: dict[str, tuple[int, float]] = {}   # input id -> (offset, read time)
+        self.inbox_offset: dict[str, int] = {}              # input id -> its inbox offset
         self.cycles: list[tuple[int, float]] = []           # (offset, read time) of cycles
         self.status: dict[str, str] = {}                    # pending / running / ended
         self.running_now: list[str] = []                    # in the order they started
         self._at: dict[str, int] = {}                       # workload -> index in running_now
         self.decisions: Counter[str] = Counter()
+
+    trace = False   # note each input's inbox offset (--trace joins them with the worker's)
 
     def pending(self) -> int:
         return sum(1 for s in self.status.values() if s == "pending")
@@ -171,6 +182,10 @@ class Follower(Journal):
                     continue
                 if kind == kind_input:
                     self.journaled.setdefault(e.id, (m.offset, now))
+                    if self.trace:
+                        inbox = dict(m.headers).get("allot-inbox-offset")
+                        if inbox is not None:
+                            self.inbox_offset[e.id] = int(inbox)
                     if e.type == "clock.ticked" and e.cycle is not False:
                         self.cycles.append((m.offset, now))
                     elif e.type == "workload.submitted" and e.workload:
@@ -347,7 +362,7 @@ def latencies(f: Follower, sender: Sender, ids: list[str], wids: list[str],
 async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending: int, rates: list[int], seconds: float,
                    finish_every: int, profile: Path | None,
                    worker_settings: dict[str, Any] | None = None,
-                   restarts: int = 0) -> dict[str, Any]:
+                   restarts: int = 0, trace: bool = False) -> dict[str, Any]:
     prefix = f"ls{'s' if signed else 'u'}{int(time.time())}."
     cluster = scenario_at(SCENARIO).cluster.id
     p_idx = partition_for(cluster, PARTITIONS)
@@ -359,10 +374,17 @@ async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending
                             instance_id=f"{prefix}scale", worker_name=f"{prefix}scale",
                             **(sig.settings() if sig else {}), **(worker_settings or {}))
     name = "scale-" + ("signed" if signed else "unsigned")
+    trace_path = OUT / f"{name}.trace.jsonl"
+    if trace:
+        OUT.mkdir(parents=True, exist_ok=True)
+        trace_path.unlink(missing_ok=True)
+        settings["trace_file"] = str(trace_path)
     w = WorkerProc(name, settings) if profile is None else ProfiledWorker(name, settings, profile)
     mem = Memory(w.proc.pid)
     cpu = Cpu({"worker": w.proc.pid, "broker": broker_pid, "client": os.getpid()})
-    f = await Follower(bootstrap, prefix, p_idx).start()
+    f = Follower(bootstrap, prefix, p_idx)
+    f.trace = trace
+    await f.start()
     p = await producer(bootstrap)
     s = Sender(p, topic(INBOX, prefix), cluster, p_idx, sig)
     mk = Inputs(cluster=cluster, prefix="s", source="bench")
@@ -463,6 +485,12 @@ async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending
                 "pending_after": f.pending(), "running_after": len(f.running()),
                 "decisions": dict(f.decisions - before),
                 **latencies(f, s, ids, wids, t_end)}
+            if trace:
+                subs = [(s.sent[e], f.inbox_offset[e], d) for e in ids
+                        if e in f.inbox_offset
+                        and (d := f.decided_at(f.journaled[e][0])) is not None]
+                out[f"churn_{rate}"]["breakdown"] = breakdown(
+                    batch_trace.read(str(trace_path)), p_idx, subs)
             await settle(f)
         out["rss_peak_mb"] = max(mem.samples) / 1e6
         out["rss_end_mb"] = mem.now() / 1e6
@@ -669,6 +697,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--archive", action="store_true",
                     help="then time the archiver over the journal against the raw consume rate")
     ap.add_argument("--profile", action="store_true", help="run the worker under cProfile")
+    ap.add_argument("--trace", action="store_true",
+                    help="the worker writes its batch trace (trace_file); each churn phase then "
+                         "splits its latency by stage (benchmarks/live_breakdown.py)")
     ap.add_argument("--broker-records", type=int, default=50_000,
                     help="records of the same-run broker baseline (0: skip it)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -699,7 +730,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             t0 = time.perf_counter()
             r = asyncio.run(run_once(bs, broker_pid, signed, args.pending, rates, args.seconds,
                                      args.finish_every, prof, worker_settings,
-                                     args.restarts))
+                                     args.restarts, args.trace))
             results[name] = r
             show(f"{name} ({time.perf_counter() - t0:.0f} s)", r)
         if args.archive:

@@ -126,12 +126,20 @@ class WorkerSettings:
         "signed tick of its own (id `nudge:<cluster>:<inbox offset>:batch`) right after a "
         "batch's schedule-changing inputs, in the same produce, instead of a nudge through "
         "the inbox a broker round trip later. One cycle per cluster per batch; a cycle that "
-        "decided something is still followed by an inbox nudge.", True)
+        "decided something is followed by another (`cycle_continue`) or an inbox nudge.", True)
     cycle_busy_share: float = _doc(
         "With `cycle_in_batch`: the largest share of the worker's time batch cycles may take. "
         "After batch cycles that took t seconds, the next waits until t / share has "
-        "passed (the inputs in between join one cycle); ticks and nudges from the inbox are not "
-        "held back. 1: a cycle after every batch.", 0.5)
+        "passed since they began (the inputs in between join one cycle); ticks and nudges "
+        "from the inbox are not held back. 1: a cycle after every batch (the default: holding "
+        "cycles back made the p99 worse: at 0.5, 392 / 1,249 ms unsigned / signed against "
+        "285 / 688 ms, docs/benchmarks.md).", 1.0)
+    cycle_continue: bool = _doc(
+        "With `cycle_in_batch`: after a cycle that decided something (a cycle's work is "
+        "bounded, so more may be startable), run the next cycle as a batch cycle too (id "
+        "`nudge:<cluster>:<inbox offset>:batch:<n>`), when `cycle_busy_share` lets it, joined "
+        "by the inputs that arrive until then; false: publish an inbox nudge, whose cycle runs "
+        "when it is read back, beside the batch cycle of the inputs read with it.", True)
     verify_processes: int = _doc(
         "Processes that verify a batch's input signatures ahead of the loop (0: verify in the "
         "loop). Ed25519 verification is about half of a signed input's CPU and holds the GIL; "
@@ -146,6 +154,15 @@ class WorkerSettings:
         "The fetch wait of bulk journal reads (restart folds, export). Tansu time-limits a "
         "fetch, so a short wait reads nothing from a long partition.", 200)
     linger_ms: int = _doc("Producer linger: how long a produce waits to fill its batch.", 1)
+    gc_freeze: bool = _doc(
+        "Keep the long-lived state out of the garbage collector's full scans: `gc.freeze()` "
+        "after a partition is taken and after each full collection (`streams/gc_freeze.py`); "
+        "at 20,000 pending a full collection otherwise stopped the loop for a median 89-100 ms "
+        "(25-27 ms with it, load 9-13).", True)
+    trace_file: str = _doc(
+        "Measuring aid: append one JSON line per handled batch to this file (its poll, "
+        "records, cycles, seal, produce, acks and GC pauses, `streams/batch_trace.py`); "
+        "empty: off.", "")
     snapshot_every_records: int = _doc(
         "Snapshot a partition's engines after this many journal records (0: never by count).",
         20000)

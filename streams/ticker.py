@@ -11,7 +11,8 @@ Ids are deterministic: ``tick:<cluster>:<at>`` for the periodic tick,
 inputs that may change the schedule, and ``nudge:<cluster>:<inbox offset>:batch``
 for the tick a worker journals itself at the end of a batch (``cycle_in_batch``:
 the one tick that skips the inbox, signed and journaled like the others, so a
-replay sees it as the engine did). Two tickers (a former owner still alive,
+replay sees it as the engine did), ``...:batch:<n>`` for the n-th batch tick
+that continues a deciding cycle's bounded work (``cycle_continue``). Two tickers (a former owner still alive,
 and the new one) produce the same ids for the same second or trigger, so the
 engine takes one and skips the other.
 
@@ -90,13 +91,15 @@ def nudge_id(cluster: str, inbox_offset: int) -> str:
     return f"nudge:{cluster}:{inbox_offset}"
 
 
-def batch_cycle_id(cluster: str, inbox_offset: int) -> str:
+def batch_cycle_id(cluster: str, inbox_offset: int, again: int = 0) -> str:
     """The id of the tick a worker journals after a batch (``cycle_in_batch``).
 
     From the batch's last schedule-changing input: an owner that handles the same
     records again derives the same id, so the engine takes the tick once. It
     never equals a ``nudge_id`` (cluster ids hold no colon).
     """
+    if again:
+        return f"nudge:{cluster}:{inbox_offset}:batch:{again}"
     return f"nudge:{cluster}:{inbox_offset}:batch"
 
 

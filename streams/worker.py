@@ -65,7 +65,9 @@ from identity.keys import public_from_hex, public_of
 from scheduler import Engine
 from scheduler.admission import InputRefused
 from streams import logs, processor, signing, snapshots, topics
+from streams.batch_trace import BatchTrace
 from streams.config import WorkerSettings, kafka_client_options
+from streams.gc_freeze import GcFreezer
 from streams.journal import begin_offset, journal_record, read_until, reader
 from streams.liveness import Beat, Liveness, decode_beat, encode_beat, heard_at
 from streams.metrics import MetricsServer, WorkerMetrics
@@ -152,6 +154,9 @@ class PartitionState:
         # cycle_in_batch: cluster -> inbox offset of the last input since its last cycle that
         # may change the schedule (a cycle is due), and when the next batch cycle may run.
         self.cycle_due: dict[str, int] = {}
+        # cycle_continue: cluster -> how many continuation cycles followed the batch cycle of
+        # its cycle_due offset (each one's tick id names that count, so none repeats an id).
+        self.cycle_again: dict[str, int] = {}
         self.cycle_not_before = 0.0
         self.broken = False                     # a produce failed: rebuild from the journal
         self.foreign_checked = 0                # how many of own.foreign were read for claims
@@ -247,6 +252,9 @@ class Worker:
         self._tasks: list[asyncio.Task[Any]] = []
         self._last_commit = time.monotonic()
         self._children: dict[tuple[int, str, type], Any] = {}
+        # A measuring aid (trace_file): each batch's stages, for bench_live_scale --trace.
+        self._trace = BatchTrace(settings.trace_file) if settings.trace_file else None
+        self._gc = GcFreezer() if settings.gc_freeze else None
         from streams.state_api import StateApi
         # The JSON state API (queue, hosts, budgets, explain, history) and what it records.
         self.state_api = StateApi(self)
@@ -620,6 +628,10 @@ class Worker:
             self._server.stop()
         if self._verify_pool is not None:
             self._verify_pool.close()
+        if self._trace is not None:
+            self._trace.close()
+        if self._gc is not None:
+            self._gc.close()
         self.stopped.set()
         self.log.info("worker.stopped")
 
@@ -859,6 +871,8 @@ class Worker:
                  path="liveness" if p in self._fast else "group",
                  snapshot_s=round(t_snap - t0, 3), fold_s=round(t_fold - t_snap, 3),
                  clusters=sorted(st.engines))
+        if self._gc is not None:
+            self._gc.after_take()
         # A long fold is worth a snapshot at once: the next restart folds from here.
         st.records_since_snapshot = fold.stats.records - fold.stats.claims
         self._maybe_snapshot(st)
@@ -944,6 +958,7 @@ class Worker:
                     elif st is not None:
                         self._claimed.pop(p, None)
             self.metrics.beat()
+            poll0 = time.perf_counter()
             try:
                 extra: dict[TopicPartition, list[Any]] = {}
                 standby = self._standby if any(p in self.owned for p in self._fast) else None
@@ -964,8 +979,15 @@ class Worker:
                 await asyncio.sleep(0.5)
                 continue
             if batch or self._cycles_ready():
+                poll1 = time.perf_counter()
                 async with self._lock:
+                    if self._trace is not None:
+                        self._trace.begin(poll0, poll1)
                     await self._handle(batch)
+                    if self._trace is not None:
+                        self._trace.end()
+                if self._gc is not None:
+                    self._gc.after_batch()
             await self._commit()
 
     async def _handle(self, batch: dict[TopicPartition, list[Any]]) -> None:
@@ -978,6 +1000,7 @@ class Worker:
         nudge: dict[str, tuple[int, int]] = {}   # cluster -> (partition, triggering offset)
         journaled_inbox: dict[int, int] = {}
         in_batch = self.settings.nudge and self.settings.cycle_in_batch
+        trace = self._trace
         checked = await self._check_ahead(batch) if self._verify_pool is not None else None
         for tp, msgs in batch.items():
             st = self.owned.get(tp.partition)
@@ -1006,23 +1029,30 @@ class Worker:
                 rec = InboxRecord(topic=m.topic, partition=m.partition, offset=m.offset,
                                   key=m.key, value=m.value, headers=tuple(m.headers or ()))
                 t1 = time.perf_counter()
+                c1 = time.thread_time() if trace is not None else 0.0
                 outcome = proc.handle(rec, st.engines, checked)
                 st.next_offset = m.offset + 1
                 if isinstance(outcome, Accepted):
                     ev = outcome.event
                     if type(ev) is ClockTicked:
-                        self.metrics.cycle_seconds.labels(ev.cluster).observe(
-                            time.perf_counter() - t1)
+                        t2 = time.perf_counter()
+                        self.metrics.cycle_seconds.labels(ev.cluster).observe(t2 - t1)
+                        if trace is not None and ev.cycle:
+                            trace.cycle("inbox", m.offset, t1, t2, len(outcome.derived),
+                                        time.thread_time() - c1)
                         st.nudges.pop(ev.cluster, None)
                         if ev.cycle:
                             due.pop(ev.cluster, None)
+                            st.cycle_again.pop(ev.cluster, None)
                     # The producer's signature stays with the exact bytes it signed,
                     # so `allot audit verify` can re-check it later.
                     self._journal(st, out, outcome, m.offset, signature_headers(m.headers))
                     journaled_inbox[tp.partition] = m.offset
                     if self.settings.nudge and processor.changes_schedule(outcome):
-                        if in_batch and type(ev) is not ClockTicked:
+                        if in_batch and (type(ev) is not ClockTicked
+                                         or self.settings.cycle_continue):
                             due[ev.cluster] = m.offset
+                            st.cycle_again.pop(ev.cluster, None)
                         else:
                             nudge[ev.cluster] = (tp.partition, m.offset)
                 elif isinstance(outcome, Dead):
@@ -1035,25 +1065,52 @@ class Worker:
                     self.metrics.duplicates.inc()
                     if type(outcome.event) is ClockTicked:
                         st.nudges.pop(outcome.event.cluster, None)
+            if trace is not None and msgs:
+                trace.records(tp.partition, msgs[0].offset, msgs[-1].offset, len(msgs))
+        if trace is not None:
+            trace.mark("inputs")
         now = time.monotonic()
         for p, st in self.owned.items():
-            if not st.cycle_due or st.broken or now < st.cycle_not_before:
+            if not st.cycle_due or st.broken:
+                continue
+            if now < st.cycle_not_before:
+                if trace is not None:
+                    trace.batch["held"] = True
                 continue
             out = journal_out.setdefault(p, [])
             t_cycles = time.perf_counter()
+            again: dict[str, int] = {}
             for cluster, offset in st.cycle_due.items():
-                cycled = self._cycle_in_batch(st, out, cluster, offset)
+                t_c, c_c = time.perf_counter(), time.thread_time()
+                n_again = st.cycle_again.get(cluster, 0)
+                cycled = self._cycle_in_batch(st, out, cluster, offset, n_again)
+                if trace is not None and cycled is not None:
+                    trace.cycle("batch", st.next_offset - 1, t_c, time.perf_counter(),
+                                len(cycled.derived), time.thread_time() - c_c)
                 if cycled is not None and processor.changes_schedule(cycled):
-                    nudge[cluster] = (p, offset)
+                    if self.settings.cycle_continue:
+                        # A cycle's work is bounded: run the next one as a batch cycle too,
+                        # when cycle_busy_share lets it (joined by whatever arrives until
+                        # then), not after an inbox nudge's broker round trip.
+                        again[cluster] = offset
+                        st.cycle_again[cluster] = n_again + 1
+                    else:
+                        nudge[cluster] = (p, offset)
+                else:
+                    st.cycle_again.pop(cluster, None)
             st.cycle_due.clear()
+            st.cycle_due.update(again)
             # The next batch cycle waits until these cycles are at most cycle_busy_share of
-            # the worker's time since: at 20,000 pending a cycle is ~13 ms of CPU, and one per
-            # small batch would take the whole core (inputs arriving meanwhile wait for it).
-            # Wall time, not CPU: on a loaded machine a cycle also costs the time the worker
-            # waited for a core, and so does everything else it does.
+            # the time from their start (t / share after it, so t * (1 / share - 1) after
+            # their end): at 20,000 pending a cycle is ~8-13 ms of CPU. Wall time, not CPU:
+            # on a loaded machine a cycle also costs the time the worker waited for a core.
             spent = time.perf_counter() - t_cycles
-            st.cycle_not_before = now + spent * (1 / self.settings.cycle_busy_share - 1)
+            st.cycle_not_before = time.monotonic() + spent * (1 / self.settings.cycle_busy_share - 1)
+        if trace is not None:
+            trace.mark("cycled")
         await self._publish(journal_out, dead_out, journaled_inbox)
+        if trace is not None:
+            trace.mark("acked")
         now = time.monotonic()
         for cluster, (p, offset) in nudge.items():
             st = self.owned.get(p)
@@ -1128,20 +1185,22 @@ class Worker:
 
     def _cycle_in_batch(self, st: PartitionState,
                         out: list[tuple[str, bytes, list[tuple[str, bytes]]]],
-                        cluster: str, offset: int) -> Accepted | None:
+                        cluster: str, offset: int, again: int = 0) -> Accepted | None:
         """Run ``cluster``'s cycle now: a signed tick of the worker's own, journaled after the batch.
 
         The tick is the trusted clock's (signed with ``tick_key``, the ticker's
         principal) and is journaled as an input with its signature, like a tick
         read from the inbox, but without an inbox offset: the journal, not the
         inbox, is what a replay reads. Its id comes from the trigger's inbox
-        offset, so handling the same records again derives the same tick.
+        offset, so handling the same records again derives the same tick;
+        ``again`` > 0 is the ``again``-th continuation cycle after that input's
+        (``cycle_continue``), whose id adds that count.
         """
         engine = st.engines.get(cluster)
         if engine is None:
             return None
         tick = make_tick(cluster, self.clock.now(cluster), self.settings.ticker_principal,
-                         self.key, event_id=batch_cycle_id(cluster, offset))
+                         self.key, event_id=batch_cycle_id(cluster, offset, again))
         t0 = time.perf_counter()
         try:
             derived = processor.process_input(engine, tick.event)
@@ -1177,6 +1236,8 @@ class Worker:
                     continue
                 lst = futs.setdefault(p, [])
                 sealed = self._sealed_all(p, [(value, headers) for _, value, headers in records])
+                if self._trace is not None:
+                    self._trace.mark("sealed")
                 for i, (cluster, value, _) in enumerate(records):
                     lst.append(await producer.send(self.journal, value, key=cluster.encode(),
                                                    partition=p, headers=sealed[i]))
@@ -1186,6 +1247,8 @@ class Worker:
                         await after_send(mid_group, producer.flush)
             dead_futs = [await producer.send(self.deadletter, value, key=key)
                          for key, value in dead_out]
+            if self._trace is not None:
+                self._trace.mark("sent")
         except KafkaError as exc:
             self.log.error("journal.send_failed", detail=str(exc))
             for p in journal_out:
