@@ -42,8 +42,12 @@ $(BROWSER):
 # (2026-12-07; 10 min 16 s on two processes that morning). TEST_JOBS=N overrides.
 TEST_JOBS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) * 3 )))
 
+# Python caches compiled modules (__pycache__) unless PYTHONDONTWRITEBYTECODE is set, as
+# it is on some machines (this one): then every test process and every command a test
+# runs compiles the same sources again, and pytest rewrites every test module's asserts
+# in each of its processes. The suite lets Python keep the cache (it is in .gitignore).
 test: $(STAMP) $(NATIVE) | $(BROWSER)  ## run the test suite (starts its own Kafka broker where needed)
-	$(PY) -m pytest -n $(TEST_JOBS) --dist loadscope --durations=15
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -n $(TEST_JOBS) --dist loadscope --durations=15
 
 demo: $(STAMP) $(NATIVE)  ## play scenarios/demo.toml through Kafka on the embedded stack; audit + replay
 	$(PY) -m allot up --demo

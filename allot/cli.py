@@ -41,8 +41,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from rich.console import Console
@@ -236,12 +237,11 @@ def _show_decisions(log: Path, con: Console) -> None:
             con.print(escape(f"- {e.workload} rejected: {e.reason} ({e.detail})"))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from audit.cli import seconds_value
+Subcommands = argparse._SubParsersAction  # type: ignore[type-arg]
 
-    parser = argparse.ArgumentParser(
-        prog="allot", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+def _add_simulate(sub: Subcommands) -> None:
+    from audit.cli import seconds_value
 
     p = sub.add_parser("simulate", help="run a scenario through the scheduler in virtual time",
                        description="Simulate SCENARIO (a TOML file, see docs/scenarios.md) with "
@@ -270,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "resubmit them (the default); the run says how many either way")
     p.set_defaults(func=_simulate)
 
+
+def _add_audit(sub: Subcommands) -> None:
     from audit.cli import register as register_audit
 
     audit_sub = register_audit(sub)
@@ -286,47 +288,83 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_audit_verify(audit_sub)  # allot audit verify: re-check journaled inputs' signatures
 
+
+def _add_worker(sub: Subcommands) -> None:
     from streams.cli import register as register_streams
 
     register_streams(sub)  # allot worker, allot journal export
+
+
+def _add_client(sub: Subcommands) -> None:
     from streams.commands import register as register_client
 
     register_client(sub)  # allot submit, cancel, budget define|shares, host fault|repair|add
+
+
+def _add_keys(sub: Subcommands) -> None:
     from identity.keys_cli import register as register_keys
 
     register_keys(sub)  # allot keys create|list|register|rotate|revoke, allot sign
+
+
+def _add_executor(sub: Subcommands) -> None:
+    from executor.cli import register as register_local_executor
     from streams.executor import register as register_executor
 
     register_executor(sub)  # allot executor
-    from executor.cli import register as register_local_executor
-
     register_local_executor(sub.choices["executor"])  # allot executor local
+
+
+def _add_up(sub: Subcommands) -> None:
     from allot import live_audit
     from streams.up import register as register_up
 
     register_up(sub, auditor=live_audit.audit_runs)  # allot up (--demo is make demo)
+
+
+def _add_top(sub: Subcommands) -> None:
     from streams.view import register as register_top
 
     register_top(sub)  # allot top
+
+
+def _add_state(sub: Subcommands) -> None:
     from streams.state_cli import register as register_state
 
-    register_state(sub)  # allot queue, hosts, history (the worker's state API)
+    register_state(sub)  # allot queue, hosts, history, wait (the worker's state API)
+
+
+def _add_projections(sub: Subcommands) -> None:
     from streams.projections import register as register_projections
 
     register_projections(sub)  # allot projections
+
+
+def _add_whatif(sub: Subcommands) -> None:
     from whatif.cli import register as register_whatif
 
     register_whatif(sub)  # allot whatif
+
+
+def _add_forecast(sub: Subcommands) -> None:
     from forecast.cli import register as register_forecast
 
     register_forecast(sub)  # allot forecast
+
+
+def _add_archive(sub: Subcommands) -> None:
     from archive.cli import register as register_archive
 
     register_archive(sub)  # allot archive, archive restore, archive status
+
+
+def _add_monitor(sub: Subcommands) -> None:
     from monitor.cli import register as register_monitor
 
     register_monitor(sub)  # allot monitor --host NAME
 
+
+def _add_explain(sub: Subcommands) -> None:
     p = sub.add_parser("explain", help="why a workload is where it is",
                        description="Fold LOG (up to --at) and explain WORKLOAD: its fair-share "
                                    "key level by level, its place in line, and what blocks it.")
@@ -343,6 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")
     p.set_defaults(func=_explain_any)
 
+
+def _add_demo(sub: Subcommands) -> None:
     p = sub.add_parser("demo", help="the embedded default: a small scenario end to end",
                        description="Simulate scenarios/demo.toml under allot and the baseline, "
                                    "print the comparison, explain a few decisions, and check "
@@ -351,11 +391,62 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true", help="skip plots and the HTML report")
     p.set_defaults(func=_demo)
 
+
+def _add_schema(sub: Subcommands) -> None:
     p = sub.add_parser("schema", help="write the JSON Schema of every event to docs/",
                        description="Write docs/events.schema.json, or --check that it is current.")
     p.add_argument("--check", action="store_true", help="exit 1 if the published schema is stale")
     p.set_defaults(func=_schema)
+
+
+class CommandGroup(NamedTuple):
+    """Top-level commands one module adds, and the function that adds them."""
+
+    names: tuple[str, ...]
+    add: Callable[[Subcommands], None]
+
+
+# Every command, in the order ``allot --help`` lists them. Each group imports its
+# modules only when it is added, and a command line adds only the group it names:
+# ``allot worker`` does not import DuckDB, Faust or matplotlib (the walkthrough and the
+# live stack start a process per command, each paying every import). ``allot --help``
+# and a name no group declares add every group. tests/test_cli_groups.py checks that
+# each group adds exactly its names and that a lone group parses as the whole parser.
+COMMAND_GROUPS: tuple[CommandGroup, ...] = (
+    CommandGroup(("simulate",), _add_simulate),
+    CommandGroup(("audit",), _add_audit),
+    CommandGroup(("worker", "journal"), _add_worker),
+    CommandGroup(("submit", "cancel", "budget", "host", "policy"), _add_client),
+    CommandGroup(("keys", "sign"), _add_keys),
+    CommandGroup(("executor",), _add_executor),
+    CommandGroup(("up",), _add_up),
+    CommandGroup(("top",), _add_top),
+    CommandGroup(("queue", "hosts", "history", "wait"), _add_state),
+    CommandGroup(("projections",), _add_projections),
+    CommandGroup(("whatif",), _add_whatif),
+    CommandGroup(("forecast",), _add_forecast),
+    CommandGroup(("archive",), _add_archive),
+    CommandGroup(("monitor",), _add_monitor),
+    CommandGroup(("explain",), _add_explain),
+    CommandGroup(("demo",), _add_demo),
+    CommandGroup(("schema",), _add_schema),
+)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or only of the group that declares ``command``."""
+    parser = argparse.ArgumentParser(
+        prog="allot", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    groups = [g for g in COMMAND_GROUPS if command in g.names] or COMMAND_GROUPS
+    for group in groups:
+        group.add(sub)
     return parser
+
+
+def _command_named(argv: list[str]) -> str | None:
+    """The command a command line names: its first word, unless that is an option."""
+    return argv[0] if argv and not argv[0].startswith("-") else None
 
 
 def _one_line(text: str) -> str:
@@ -386,7 +477,8 @@ def main(argv: list[str] | None = None) -> int:
         native.status()
     except native.NativeCoreUnavailable as exc:
         return _fail(str(exc))
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(_command_named(argv)).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except AllotError as exc:
