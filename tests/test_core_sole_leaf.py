@@ -34,9 +34,9 @@ def _reclaim_demo(rule: str = "reclaim") -> bytes:
     return encode_lines(Simulation(sc, "allot", SCENARIOS).run().log)
 
 
-def _full_walks(light: list[Any]) -> SimpleNamespace:
+def _full_walks(hosts_by_span: list[Any]) -> SimpleNamespace:
     """A stand-in for the victim index's accelerator that narrows nothing."""
-    return SimpleNamespace(lights=lambda own: (light,))
+    return SimpleNamespace(entries=lambda own: (hosts_by_span,))
 
 
 @pytest.mark.parametrize("rule", ["reclaim", "reclaim_balanced"])
@@ -45,11 +45,11 @@ def test_every_narrowed_walk_answers_as_the_full_walk(monkeypatch: pytest.Monkey
     narrowed = [0, 0]
     real_times = cycle_mod.ready_times
 
-    def times(w, capacity, frees, rule_, gone, now, sole=None):  # type: ignore[no-untyped-def]
-        got = real_times(w, capacity, frees, rule_, gone, now, sole)
+    def times(w, capacity, frees, rule_, stopped_now, now, sole=None):  # type: ignore[no-untyped-def]
+        got = real_times(w, capacity, frees, rule_, stopped_now, now, sole)
         if sole is not None and rule_.own_leaf is not None:
             narrowed[0] += 1
-            assert list(got.items()) == list(real_times(w, capacity, frees, rule_, gone, now).items())
+            assert list(got.items()) == list(real_times(w, capacity, frees, rule_, stopped_now, now).items())
         return got
 
     real_ready = victims_mod.ready_hosts
@@ -81,7 +81,7 @@ def test_the_log_is_the_same_without_the_accelerator(monkeypatch: pytest.MonkeyP
     fast = _reclaim_demo(rule)
     monkeypatch.setattr(cycle_mod, "sole_leaf_frees", lambda cached, frees: None)
     monkeypatch.setattr(cycle_mod, "sole_leaf_victims",
-                        lambda cached, on_host, light: _full_walks(light))
+                        lambda cached, on_host, hosts_by_span: _full_walks(hosts_by_span))
     plain = _reclaim_demo(rule)
     assert b'"reason":"reclaim"' in fast
     assert fast == plain

@@ -82,10 +82,10 @@ class SoleLeafVictims(Generic[Entry]):
 
     __slots__ = ("by_leaf", "source")
 
-    def __init__(self, source: object, light: list[Entry]) -> None:
+    def __init__(self, source: object, hosts_by_span: list[Entry]) -> None:
         self.source = source
         by_leaf: dict[str, list[Entry]] = {}
-        for entry in light:
+        for entry in hosts_by_span:
             leaf: str | None = NO_LEAF
             for v in entry[2]:
                 w = v.w
@@ -99,7 +99,7 @@ class SoleLeafVictims(Generic[Entry]):
                 by_leaf.setdefault(leaf, []).append(entry)
         self.by_leaf = by_leaf
 
-    def lights(self, leaf: str) -> tuple[list[Entry], list[Entry]]:
+    def entries(self, leaf: str) -> tuple[list[Entry], list[Entry]]:
         """The entries a rule kept to ``leaf`` might ready: those with no allocated victim, and its own."""
         return self.by_leaf.get(NO_LEAF, []), self.by_leaf.get(leaf, [])
 
@@ -112,10 +112,10 @@ def sole_leaf_frees(cached: SoleLeafFrees | None, frees: FreeTimes) -> SoleLeafF
 
 
 def sole_leaf_victims(cached: SoleLeafVictims[Entry] | None, on_host: object,
-                      light: list[Entry]) -> SoleLeafVictims[Entry]:
+                      hosts_by_span: list[Entry]) -> SoleLeafVictims[Entry]:
     """The index of a victim index's ``on_host`` (and its ``hosts_by_span``), kept the same way."""
     if cached is None or cached.source is not on_host:
-        cached = SoleLeafVictims(on_host, light)
+        cached = SoleLeafVictims(on_host, hosts_by_span)
     return cached
 
 

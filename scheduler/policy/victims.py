@@ -177,7 +177,6 @@ class Plan:
 _EXHAUSTIVE_GANGS = 6
 
 
-
 class Miss:
     """A search that found no plan whatever the costs: what the cycle's failure memo keeps.
 
@@ -278,6 +277,7 @@ def _covered_nowhere(idx: VictimIndex, per_host: int, capacity: Capacity,
         for budget in asked:
             costs.ask(budget)
     return True
+
 
 def _search_host(idx: VictimIndex, per_host: int, capacity: Capacity, barred: set[str] | None,
                  eligible: Rule, costs: CostModel, mins: dict[str, int], keep_mins: bool
@@ -435,9 +435,9 @@ def fails_again(idx: VictimIndex, kind: str, seen: frozenset[str], since: int, h
         return None
     return (kind, frozenset(joined), set())
 
+
 def ready_hosts(idx: VictimIndex, hosts: int, per_host: int, capacity: Capacity,
-           barred: set[str] | None,
-           eligible: Rule) -> list[str]:
+                barred: set[str] | None, eligible: Rule) -> list[str]:
     """Hosts not barred that could be readied if every eligible victim there went.
 
     Stops at ``hosts`` of them; the caller needs how many (up to that) and,
@@ -467,7 +467,7 @@ def ready_hosts(idx: VictimIndex, hosts: int, per_host: int, capacity: Capacity,
     scans: tuple[list[HostBySpan], ...] = (idx.hosts_by_span,)
     if (own is not None and idx.sole_leaf is not None and not anyone_stopped
             and per_host >= capacity.max_gpus):
-        scans = idx.sole_leaf(idx.on_host, idx.hosts_by_span).lights(own)
+        scans = idx.sole_leaf(idx.on_host, idx.hosts_by_span).entries(own)
     for scan in scans:
         for least, h, victims in scan:
             if least > span:
@@ -487,6 +487,7 @@ def ready_hosts(idx: VictimIndex, hosts: int, per_host: int, capacity: Capacity,
                 if len(ready) >= hosts:
                     return ready
     return ready
+
 
 def _search_gang(
     idx: VictimIndex,
@@ -521,6 +522,7 @@ def _search_gang(
         return Miss("fits")  # it fits without preemption; the caller places it directly
     return _plan_gang(idx, hosts, per_host, need, candidates, ready_free, capacity, eligible,
                       costs)
+
 
 def _plan_gang(idx: VictimIndex, hosts: int, per_host: int, need: int, candidates: list[str],
                ready_free: list[str], capacity: Capacity, eligible: Rule,
@@ -748,7 +750,6 @@ def _gang_plan(hosts: int, chosen_gangs: list[Victim], plan_hosts: dict[str, tup
     if not victims:
         return None  # it fits without preemption; the caller places it directly
     return Plan(sorted(picked), victims, sum(costs.of(v.w) for v, _ in victims))
-
 
 
 def gpus_on(v: Victim, host: str) -> int:
