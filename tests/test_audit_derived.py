@@ -99,10 +99,16 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b) and type(a) is type(b)
 
 
-def assert_derived_equals_plain(con: duckdb.DuckDBPyConnection) -> None:
-    """Every derived view, every view built on them, and every summary, both ways."""
+def assert_derived_equals_plain(con: duckdb.DuckDBPyConnection, downstream: bool = True) -> None:
+    """Every derived view, every view built on them, and every summary, both ways.
+
+    ``downstream=False`` leaves out the views built on the derived ones: enough to show
+    that a run was derived again rightly (those views are functions of the derived rows,
+    compared on every kind of log by the first test), and DuckDB takes about half a
+    second to plan each of them over the plain views.
+    """
     runs = [r for (r,) in con.execute("SELECT DISTINCT run FROM events ORDER BY run").fetchall()]
-    views = {**VIEWS, **DOWNSTREAM}
+    views = {**VIEWS, **DOWNSTREAM} if downstream else dict(VIEWS)
     fast = {v: snapshot(con, v, o) for v, o in views.items()}
     fast_summaries = {r: summary(con, r) for r in runs}
     create_plain_views(con)
@@ -266,7 +272,7 @@ def test_events_edited_by_hand_are_derived_again(tmp_path: Path) -> None:
     assert stale_runs(con) == []
     assert con.execute("SELECT status FROM workloads WHERE workload = 'a1'").fetchone() == ("running",)
     assert s["sim_seconds"] == 5400
-    assert_derived_equals_plain(con)
+    assert_derived_equals_plain(con, downstream=False)
     # A run deleted by hand is forgotten by the next refresh.
     con.execute("DELETE FROM events")
     refresh_derived(con)
@@ -342,7 +348,7 @@ def test_a_run_whose_derivation_failed_is_derived_again(tmp_path: Path,
     assert stale_runs(con) == ["r"]
     monkeypatch.setattr(audit.views, "derive_run_rows", real)
     assert summary(con, "r")["preemptions"] == {"host_drain": 1}
-    assert_derived_equals_plain(con)
+    assert_derived_equals_plain(con, downstream=False)
 
 
 def test_summary_on_a_read_only_database_with_stale_or_no_derived_rows(tmp_path: Path) -> None:
