@@ -79,8 +79,18 @@ class PolicyConfigured(Event, frozen=True, kw_only=True, tag="policy.configured"
     # "reclaim_room" (added 2026-12-07): the same take as "reclaim_balanced",
     # without its reservations on borrowed work (no lock-out bound, a
     # fraction of the cost; docs/simulation.md).
+    # Three variants of "reclaim_room" against its churn (added 2026-12-07,
+    # night; values, not new knobs, so that no log's bytes change):
+    # "reclaim_room_checkpoint" takes a victim by reclaim only while it would
+    # lose at most 10 minutes of work per GPU (just after a checkpoint, or
+    # early in a run that cannot resume); "reclaim_room_margin" asks the
+    # balanced test for a margin of 10 points of use per guarantee, so two
+    # sides near balance do not trade GPUs back and forth;
+    # "reclaim_room_checkpoint_margin" both. scheduler/policy/rules.py.
     preemption_rule: Literal["fair_share", "reclaim", "reclaim_balanced",
-                             "reclaim_room"] = "reclaim"
+                             "reclaim_room", "reclaim_room_checkpoint",
+                             "reclaim_room_margin",
+                             "reclaim_room_checkpoint_margin"] = "reclaim"
     # How long a preempted run may take to stop (SIGTERM, then SIGKILL at the
     # end of it): its GPUs take no other work until the executor reports
     # ``workload.stopped`` or this has passed. A workload may ask for less

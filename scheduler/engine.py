@@ -26,6 +26,7 @@ from bisect import bisect_right
 from events import ClockTicked, Event
 from scheduler.admission import InputRefused, refusal
 from scheduler.index.fair_share_order import fair_share_time
+from scheduler.policy.rules import LOSS_RULES
 from scheduler.react import react
 from scheduler.snapshot import restore_state, snapshot_state
 from scheduler.state import State
@@ -94,7 +95,10 @@ class Engine:
         if verdict is False:
             return None
         state = self.state
-        if type(event) is ClockTicked and verdict is None and self.accelerate and event.cycle:
+        # (Under ``LOSS_RULES`` who may be reclaimed moves with the time itself, so
+        # no tick is idle by this memo: scheduler/policy/cycle.py, ``loses_little``.)
+        if type(event) is ClockTicked and verdict is None and self.accelerate and event.cycle \
+                and state.policy.preemption_rule not in LOSS_RULES:
             idle = self._idle
             fs = fair_share_time(state)
             if idle is not None and idle[0] == state.version and idle[1] == fs \

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from scheduler.policy.guarantee import GuaranteeShape
 
 # The world failed searches were recorded in: running set, host health, GPUs present,
-# budget tree, fair-share time, policy.
-FailureWorld = tuple[int, int, int, int, int, "PolicyConfigured"]
+# budget tree, fair-share time, policy, and the time itself under a policy whose
+# victims move with it (``LOSS_RULES``; -1 otherwise).
+FailureWorld = tuple[int, int, int, int, int, "PolicyConfigured", int]
 
 
 class Memos:

@@ -31,6 +31,10 @@ BALANCED = {"preemption_rule": "reclaim_balanced", "borrowed_protection_s": 0}
 # The same take without the reservations on borrowed work (no lock-out bound).
 ROOM = {"preemption_rule": "reclaim_room", "borrowed_protection_s": 0}
 RECLAIM = {"preemption_rule": "reclaim", "borrowed_protection_s": 0}
+# Its variants against churn (tests/test_core_reclaim_churn.py): the property holds for them too.
+CHURN = tuple({"preemption_rule": r, "borrowed_protection_s": 0}
+              for r in ("reclaim_room_checkpoint", "reclaim_room_margin",
+                        "reclaim_room_checkpoint_margin"))
 
 # Three equal teams.
 THREE = (
@@ -206,7 +210,7 @@ def _side_fraction(node: str) -> Fraction:
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, database=None)
-@given(st.sampled_from((BALANCED, ROOM)),
+@given(st.sampled_from((BALANCED, ROOM, *CHURN)),
        st.lists(st.tuples(st.sampled_from(LEAVES), st.sampled_from(SIZES),
                           st.sampled_from((60, 600, HOUR)), st.sampled_from((0, 60, 300, 900))),
                 min_size=5, max_size=40))

@@ -41,19 +41,23 @@ if TYPE_CHECKING:
     from scheduler.state import State
 
 
-def world_of(state: State) -> FailureWorld:
+def world_of(state: State, moves_with_time: bool = False) -> FailureWorld:
     """What every entry depends on besides its workload (see the module docstring).
+
+    ``moves_with_time``: who may be taken changes with the time alone (the policy's
+    ``LOSS_RULES``: a victim's loss grows until its next checkpoint), so the world
+    is this moment's and the memo holds for it only.
 
     (Guarantees read the running set, the budget and the GPUs present.)
     """
     return (state.workloads.running_version, state.cluster_state.health_version,
             state.cluster_state.capacity, state.budget.version, fair_share_time(state),
-            state.policy)
+            state.policy, state.now if moves_with_time else -1)
 
 
-def failures_at(state: State) -> dict[tuple[object, ...], object]:
+def failures_at(state: State, moves_with_time: bool = False) -> dict[tuple[object, ...], object]:
     """The memo's entries for ``state``'s world (emptied first when the world moved on)."""
-    world = world_of(state)
+    world = world_of(state, moves_with_time)
     cached = state.memos.failures
     if cached is None or cached[0] != world:
         cached = state.memos.failures = (world, {})

@@ -34,6 +34,7 @@ an ``Outcome``: how it started, or what blocks it.
 from __future__ import annotations
 
 from bisect import insort
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -64,7 +65,15 @@ from scheduler.policy.reservations import (
     ready_times,
     size_class,
 )
-from scheduler.policy.rules import BALANCED_RULES, RECLAIM, RECLAIM_RULES, BudgetRule, Due
+from scheduler.policy.rules import (
+    BALANCED_RULES,
+    LOSS_RULES,
+    RECLAIM,
+    RECLAIM_LOSS_S,
+    RECLAIM_RULES,
+    BudgetRule,
+    Due,
+)
 from scheduler.policy.victims import (
     CostModel,
     Miss,
@@ -72,6 +81,7 @@ from scheduler.policy.victims import (
     cheapest_plan,
     checkpoint_rule,
     fails_again,
+    work_lost,
 )
 
 if TYPE_CHECKING:
@@ -145,6 +155,7 @@ class Cycle:
         self._victims: VictimIndex | None = None
         self._ranking: Ranking | None = None
         self._costs: CostModel | None = None
+        self._loses_little: Callable[[Workload], bool] | None = None  # see ``loses_little``
         self._frees: HostFreeTimes | None = None
         self._guarantees: Guarantees | None = None
         # Per leaf, (hosts, GPUs per host, commitment) of searches that found no plan.
@@ -554,7 +565,10 @@ class Cycle:
         if self.stopped_now or self.capacity.version or (self._ranking is not None and self._ranking.version):
             return None
         if self._failures is None:  # the world is the state's: looked up once per cycle
-            self._failures = failures_at(self.state)
+            # (Under ``LOSS_RULES`` who may be taken moves with the time itself:
+            # ``loses_little``; the memo then holds for this moment only.)
+            self._failures = failures_at(
+                self.state, moves_with_time=self.policy.preemption_rule in LOSS_RULES)
         return self._failures
 
     def _blocked(self, wid: str, ends_by: int) -> tuple[str, ...]:
@@ -923,7 +937,33 @@ class Cycle:
         reclaim = mode in RECLAIM_RULES
         return BudgetRule(self.ranking, w, due, self.guarantees if reclaim else None,
                           balanced=mode in BALANCED_RULES,
-                          lockout=planning and mode == "reclaim_balanced")
+                          lockout=planning and mode == "reclaim_balanced",
+                          loses_little=None if planning or not reclaim else self.loses_little)
+
+    @property
+    def loses_little(self) -> Callable[[Workload], bool] | None:
+        """``RECLAIM_LOSS_S`` as a test of one victim at this cycle's time (None: no bound, ``LOSS_RULES``).
+
+        A victim may be taken by reclaim when the work it would lose now
+        (``work_lost``: since its last checkpoint under its own interval, or its
+        whole run if it cannot resume) is at most the bound per GPU. Its answer
+        moves with the time, not only with the world: the failure memo is then
+        kept for one moment only (``failures``), and the engine's idle-cycle memo
+        is off (scheduler/engine.py).
+        """
+        if self.policy.preemption_rule not in LOSS_RULES:
+            return None
+        bound = RECLAIM_LOSS_S
+        if self._loses_little is None:
+            now = self.now
+            checkpoint = checkpoint_rule(self.policy)
+
+            def loses_little(v: Workload) -> bool:
+                lost = work_lost(v, now, checkpoint(v) if v.resumable else None)
+                return lost <= bound * v.gpus
+
+            self._loses_little = loses_little
+        return self._loses_little
 
     @property
     def guarantees(self) -> Guarantees:

@@ -27,6 +27,12 @@ if TYPE_CHECKING:
     from projections.budget_tree import Structure
     from scheduler.state import State
 
+# The ``preemption_rule`` values whose balanced test asks for a margin of
+# ``RECLAIM_MARGIN_PCT`` points of use per guarantee (``node_room``, condition 3):
+# hysteresis, so two sides near balance do not trade GPUs back and forth.
+MARGIN_RULES = ("reclaim_room_margin", "reclaim_room_checkpoint_margin")
+RECLAIM_MARGIN_PCT = 10
+
 
 class Guarantees:
     """Each node's guarantee and what it holds, at one moment of one cycle.
@@ -36,7 +42,7 @@ class Guarantees:
     decides after that (``take``, ``give``).
     """
 
-    __slots__ = ("_lockouts", "_reclaims", "_rooms", "fraction", "gpus", "held", "paths",
+    __slots__ = ("_lockouts", "_reclaims", "_rooms", "fraction", "gpus", "held", "margin", "paths",
                  "siblings")
 
     def __init__(self, state: State, stopped: Collection[str] = ()) -> None:
@@ -57,6 +63,10 @@ class Guarantees:
         self.paths = shape.paths
         self.siblings = shape.siblings
         self.held: dict[str, int] = {}
+        # The balanced test's margin, in percentage points of use per guarantee
+        # (``RECLAIM_MARGIN_PCT`` under ``MARGIN_RULES``; 0: none, see ``node_room``).
+        self.margin: int = (RECLAIM_MARGIN_PCT if state.policy.preemption_rule in MARGIN_RULES
+                            else 0)
         for w in state.workloads.running.values():
             if w.allocated and w.id not in stopped:
                 self.take(w.budget, w.gpus)
@@ -133,7 +143,9 @@ class Guarantees:
            after the move (work within its share is never taken);
         3. ``(h_a + gpus) / G_a <= (h_b - t) / G_b``: after the move the taker's
            side is no more used per guarantee than the victim's (so the victim's
-           side has no claim to take the GPUs back: the issue's last goal).
+           side has no claim to take the GPUs back: the issue's last goal); under
+           ``"reclaim_room_margin"`` (margin m points), less used by at least m / 100
+           (hysteresis: two sides near balance do not trade GPUs as work ends).
 
         Returns the largest such ``t`` (0 or less: none). Every allowed move
         lowers the total shortfall ``sum(max(0, G - h))`` (the taker's side was
@@ -151,9 +163,17 @@ class Guarantees:
             return 0  # 1. not strictly under its guarantee (a side with no share never is)
         # 2. (hb - t) * db >= cap * nb, i.e. t <= hb - ceil(cap * nb / db)
         keep = -((-cap * nb) // db)
-        # 3. (ha + gpus) * nb * da <= (hb - t) * na * db (cap cancels), i.e.
-        #    t <= hb - ceil((ha + gpus) * nb * da / (na * db))
-        keep_balanced = -((-(ha + gpus) * nb * da) // (na * db))
+        m = self.margin
+        if not m:
+            # 3. (ha + gpus) * nb * da <= (hb - t) * na * db (cap cancels), i.e.
+            #    t <= hb - ceil((ha + gpus) * nb * da / (na * db))
+            keep_balanced = -((-(ha + gpus) * nb * da) // (na * db))
+        else:
+            # 3 with the margin (``RECLAIM_MARGIN_PCT``, m points):
+            #    (ha + gpus) / G_a + m / 100 <= (hb - t) / G_b, times 100 * cap * na * nb:
+            #    100 * (ha + gpus) * da * nb + m * cap * na * nb <= 100 * (hb - t) * db * na
+            keep_balanced = -((-(100 * (ha + gpus) * da * nb + m * cap * na * nb))
+                              // (100 * db * na))
         return hb - max(keep, keep_balanced)
 
     def room(self, leaf: str, gpus: int, victim_leaf: str) -> int:

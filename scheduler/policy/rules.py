@@ -16,6 +16,12 @@ The budget policy (allot) lets a candidate take:
   the candidate added, no more than its own (``reclaim``; Kueue's
   reclaimWithinCohort). Work within its share is never taken by another
   leaf;
+- under ``"reclaim_room_checkpoint"`` (and ``"..._checkpoint_margin"``): as
+  under ``reclaim_room``, but a victim is taken by reclaim only while it
+  loses at most ``RECLAIM_LOSS_S`` seconds of work per GPU
+  (``victims.work_lost``: since its last checkpoint, or its whole run), so
+  borrowed work is reclaimed just after a checkpoint; ``"reclaim_room_margin"``
+  asks the balanced test for a margin (``RECLAIM_MARGIN_PCT``);
 - another leaf's work, under ``preemption_rule = "reclaim_balanced"``: when,
   at the level where their paths part, the candidate's side is strictly
   under its guarantee, and the victim's side has room to give
@@ -57,7 +63,7 @@ takes any of them, a preemptible candidate only those of lower priority.
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from projections.workloads import Workload
@@ -72,11 +78,25 @@ RESERVATION = "reservation"
 RECLAIM = "reclaim"
 
 # The policy's ``preemption_rule`` values that take another leaf's work by reclaim only.
-RECLAIM_RULES = ("reclaim", "reclaim_balanced", "reclaim_room")
+RECLAIM_RULES = ("reclaim", "reclaim_balanced", "reclaim_room", "reclaim_room_checkpoint",
+                 "reclaim_room_margin", "reclaim_room_checkpoint_margin")
 
 # The values that reclaim by the balanced test (``Guarantees.node_room``); only
 # "reclaim_balanced" also plans reservations on borrowed work (``Guarantees.lockout``).
-BALANCED_RULES = ("reclaim_balanced", "reclaim_room")
+BALANCED_RULES = ("reclaim_balanced", "reclaim_room", "reclaim_room_checkpoint",
+                  "reclaim_room_margin", "reclaim_room_checkpoint_margin")
+
+# The values that take a victim by reclaim only while it would lose at most
+# ``RECLAIM_LOSS_S`` seconds of work per GPU (``victims.work_lost``): borrowed
+# work mid-way between two checkpoints is left until just after the next one.
+# Ten minutes: two of ai2-month's 5-minute ticks, so every hourly checkpoint is
+# followed by a cycle that may take it (docs/simulation.md, the churn).
+LOSS_RULES = ("reclaim_room_checkpoint", "reclaim_room_checkpoint_margin")
+RECLAIM_LOSS_S = 600
+
+# The values whose balanced test asks for a margin of ``RECLAIM_MARGIN_PCT``
+# points of use per guarantee: defined beside the test (scheduler/policy/guarantee.py,
+# ``Guarantees.node_room``, condition 3), which reads them.
 
 # A rule's ``span`` when it may take allocated work spread over any number of hosts.
 ANY_SPAN = 1 << 30
@@ -149,12 +169,13 @@ class BudgetRule(Rule):
     """
 
     __slots__ = ("_by_leaf", "_locks", "_rooms", "_sides", "balanced", "budget", "commitment", "due",
-                 "gpus", "guarantees", "hosts", "lockout", "per_host", "priority", "ranking",
-                 "reclaiming")
+                 "gpus", "guarantees", "hosts", "lockout", "loses_little", "per_host", "priority",
+                 "ranking", "reclaiming")
 
     def __init__(self, ranking: FairShareAnswers, candidate: Workload, due: Due | None = None,
                  guarantees: Guarantees | None = None, balanced: bool = False,
-                 lockout: bool = False) -> None:
+                 lockout: bool = False,
+                 loses_little: Callable[[Workload], bool] | None = None) -> None:
         # Without a due reservation, allocated work on more hosts than the
         # candidate's is never taken (``reason``); a due one may take any. A
         # reclaiming rule is asked about every gang and says itself which it
@@ -187,6 +208,11 @@ class BudgetRule(Rule):
         self.due = due
         self.guarantees = guarantees  # None: the fair-share rule
         self.reclaiming = reclaiming  # False: ``reclaims`` says no to every leaf
+        # ``RECLAIM_LOSS_S`` (``LOSS_RULES``) as a test of one victim: True when taking
+        # it by reclaim now destroys little enough work (None: no bound). Only
+        # ``reclaim`` answers ask it; the reservation planner's rules have none
+        # (a due reservation takes its hosts' work with the reason ``reservation``).
+        self.loses_little = loses_little
         # reclaims(), by victim leaf: shared by the cycle's rules of the same
         # leaf and GPUs until the guarantees' holdings move.
         self._sides: dict[str, bool] = (guarantees.reclaim_memo(self.budget, self.gpus)
@@ -242,7 +268,8 @@ class BudgetRule(Rule):
             return RESERVATION
         if self.reclaiming:
             gpus = v.gpus
-            if self.room(leaf) >= (gpus if gpus > self.per_host else self.per_host):
+            if self.room(leaf) >= (gpus if gpus > self.per_host else self.per_host) and (
+                    self.loses_little is None or self.loses_little(v)):
                 return RECLAIM
             if self.lockout and self.guarantees is not None:
                 locked = self._locks.get(leaf)
@@ -272,7 +299,8 @@ class BudgetRule(Rule):
         if self.balanced:
             return self._balanced_reason(v, leaf, on_due)
         if self.guarantees is not None:
-            if leaf != self.budget and self.reclaims(leaf):
+            if leaf != self.budget and self.reclaims(leaf) and (
+                    self.loses_little is None or self.loses_little(v)):
                 return RECLAIM
             if len(v.placement) > self.hosts:
                 return RESERVATION if on_due else None
