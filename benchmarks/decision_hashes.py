@@ -71,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     jobs = [(n, p) for n in CASES for p in POLICIES
             if args.only in n and args.policy in (None, p)]
+    if not jobs:  # (a check of nothing would say "all identical")
+        ap.error(f"no case's name contains {args.only!r}; the cases: {', '.join(CASES)}")
     # Longest first, so the pool finishes together.
     jobs.sort(key=lambda j: j[0] not in ("ai2-month", "scale-10k-2d", "philly-50d-24h"))
     got: dict[str, str] = {}
