@@ -17,22 +17,37 @@ permanent generation that collections skip. The worker freezes (setting
   collection walks only what was created since.
 
 What it costs: a reference cycle among frozen objects that becomes garbage
-later is never collected (objects freed by reference counting, which is
-almost all of the engine's, are freed as usual).
+later is not collected while it stays frozen (objects freed by reference
+counting, which is almost all of the engine's, are freed as usual). Every
+freeze also freezes the transient objects alive at that moment (futures,
+records in flight), so such cycles would pile up in a worker that runs for
+weeks. Hence the thaw: at the first freeze after ``thaw_every_s`` (10 minutes
+by default), the heap is unfrozen, collected whole (catching every such
+cycle) and frozen again: one full pause every ten minutes, instead of memory
+that grows with uptime.
 """
 
 from __future__ import annotations
 
 import gc
+import time
+from collections.abc import Callable
 from typing import Any
+
+THAW_EVERY_S = 600.0
 
 
 class GcFreezer:
     """Freezes the heap after a take and after each full collection (``after_batch``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, thaw_every_s: float = THAW_EVERY_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._full_done = False
         self.freezes = 0
+        self.thaws = 0
+        self._thaw_every_s = thaw_every_s
+        self._clock = clock
+        self._last_thaw = clock()
         gc.callbacks.append(self._on_gc)
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
@@ -50,6 +65,13 @@ class GcFreezer:
             self._freeze()
 
     def _freeze(self) -> None:
+        now = self._clock()
+        if now - self._last_thaw >= self._thaw_every_s:
+            # Collect what died among frozen objects since the last thaw (module docstring).
+            self._last_thaw = now
+            gc.unfreeze()
+            gc.collect()
+            self.thaws += 1
         self._full_done = False
         gc.freeze()
         self.freezes += 1

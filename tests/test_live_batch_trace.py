@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import weakref
 from pathlib import Path
 
 from benchmarks.live_breakdown import STAGES, Trace, breakdown, split
@@ -65,6 +66,36 @@ def test_the_freezer_freezes_after_a_full_collection_only() -> None:
         assert f.freezes == 1 and gc.get_freeze_count() > 0
         f.after_batch()
         assert f.freezes == 1
+    finally:
+        f.close()
+        gc.unfreeze()
+
+
+class _Node:
+    """A plain object that can sit in a reference cycle (and be weakly referenced)."""
+
+    def __init__(self) -> None:
+        self.other: object = None
+
+
+def test_a_cycle_that_died_frozen_is_collected_at_the_next_thaw() -> None:
+    now = [0.0]
+    f = GcFreezer(thaw_every_s=600, clock=lambda: now[0])
+    try:
+        a, b = _Node(), _Node()
+        a.other, b.other = b, a
+        gc.collect()
+        f.after_batch()  # a and b are alive now: frozen with the rest
+        assert f.freezes == 1 and f.thaws == 0
+        dead = weakref.ref(a)
+        del a, b  # a cycle: only a collection that reaches it frees it
+        gc.collect()
+        f.after_batch()
+        assert dead() is not None and f.thaws == 0  # frozen: the collection skipped it
+        now[0] = 601.0
+        gc.collect()
+        f.after_batch()
+        assert dead() is None and f.thaws == 1 and f.freezes == 3
     finally:
         f.close()
         gc.unfreeze()
