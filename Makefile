@@ -38,9 +38,9 @@ $(BROWSER):
 # Each test module goes whole to one process (--dist loadscope: a module's shared fixtures,
 # e.g. one live cluster, are built once, and its tests run in the order written), and the
 # modules of the longest tests are handed out first (tests/conftest.py), so they run beside
-# the short ones instead of ending the run alone. On this 2-core machine, quiet, 2,196
-# tests: 4 min 59 s on a built tree, 6 min 20 s on a fresh clone with the venv and the
-# native build (2026-12-08, docs/benchmarks.md). TEST_JOBS=N overrides.
+# the short ones instead of ending the run alone. On this 2-core machine, quiet, 2,197
+# tests: 4 min 29 s on a built tree, 5 min 27 s and 6 min 20 s on a fresh clone with the
+# venv and the native build (2026-12-08, docs/benchmarks.md). TEST_JOBS=N overrides.
 TEST_JOBS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) * 3 )))
 
 # Python caches compiled modules (__pycache__) unless PYTHONDONTWRITEBYTECODE is set, as
