@@ -34,7 +34,7 @@ preempted in vain.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from itertools import combinations
 from typing import TYPE_CHECKING, Any
 
@@ -422,18 +422,29 @@ def fails_again(idx: VictimIndex, kind: str, seen: frozenset[str], since: int, h
         if (h in joined or f is None or (f < per_host and per_host - f > bound.get(h, 0))
                 or (reserved and not capacity.allowed(h, ends_by, who))):
             continue
-        have = f
-        if have < per_host:
-            for v in on_host.get(h, ()):
-                if v.w.id not in stopped_now and eligible.reason(v.w) is not None:
-                    have += gpus_on(v, h)
-                    if have >= per_host:
-                        break
-        if have >= per_host:
+        if f >= per_host or _readies(f, per_host, on_host.get(h, ()), h, eligible, stopped_now):
             joined.add(h)
     if len(joined) >= hosts:
         return None
     return (kind, frozenset(joined), set())
+
+
+def _readies(free: int, per_host: int, victims: Iterable[Victim], host: str, eligible: Rule,
+             stopped_now: Container[str], span: int | None = None) -> bool:
+    """Whether ``free`` GPUs and the victims on ``host`` the rule may take make up ``per_host``.
+
+    A victim counts unless it stopped in this cycle, spans more hosts than
+    ``span`` allows (when given), or the rule refuses it; the walk stops once
+    enough are counted (the rule is asked no further).
+    """
+    have = free
+    for v in victims:
+        if ((span is None or v.span <= span) and v.w.id not in stopped_now
+                and eligible.reason(v.w) is not None):
+            have += gpus_on(v, host)
+            if have >= per_host:
+                return True
+    return have >= per_host
 
 
 def ready_hosts(idx: VictimIndex, hosts: int, per_host: int, capacity: Capacity,
@@ -476,13 +487,8 @@ def ready_hosts(idx: VictimIndex, hosts: int, per_host: int, capacity: Capacity,
             if (have >= per_host or per_host - have > bound.get(h, 0)
                     or (barred is not None and h in barred)):
                 continue  # (counted above; not even all its victims would do; or barred)
-            for v in victims:
-                if (v.span <= span and not (anyone_stopped and v.w.id in stopped_now)
-                        and eligible.reason(v.w) is not None):
-                    have += gpus_on(v, h)
-                    if have >= per_host:
-                        break
-            if have >= per_host:
+            if _readies(have, per_host, victims, h, eligible,
+                        stopped_now if anyone_stopped else (), span):
                 ready.append(h)
                 if len(ready) >= hosts:
                     return ready
