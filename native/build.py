@@ -49,6 +49,43 @@ class BuildError(RuntimeError):
     """mypyc or the C compiler refused; the message carries their output."""
 
 
+# ``make test`` builds the compiled core beside the tests instead of before them (the
+# build is mostly the C compiler, and the tests leave a core idle while they wait on
+# brokers and subprocesses). While it runs, this file lies beside the build directory;
+# the tests that run the compiled core wait for it to go (``wait_for_build``).
+BUILDING_SUFFIX = ".building"
+
+
+class BuildStillRunning(BuildError):
+    """A build announced by its marker file did not end in time."""
+
+
+def building_marker(out: Path) -> Path:
+    """The file that says a build of ``out`` is under way (``make test`` writes and removes it)."""
+    return out.with_name(out.name + BUILDING_SUFFIX)
+
+
+def wait_for_build(out: Path, timeout_s: float = 600.0, poll_s: float = 0.2,
+                   stale_s: float = 900.0) -> float:
+    """Return once no build of ``out`` is under way; the seconds waited.
+
+    A marker older than ``stale_s`` (a build takes well under a minute) is one a
+    killed ``make`` left behind and is ignored. Raises BuildStillRunning when a fresh one outlives ``timeout_s``.
+    """
+    marker = building_marker(out)
+    start = time.monotonic()
+    while True:
+        try:
+            age = time.time() - marker.stat().st_mtime
+        except FileNotFoundError:
+            return time.monotonic() - start
+        if age > stale_s:
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout_s:
+            raise BuildStillRunning(f"{marker} still there after {timeout_s:.0f} s")
+        time.sleep(poll_s)
+
+
 def _compile_jobs() -> int:
     """C compiler processes to run at once: one per core this process may use."""
     try:

@@ -25,6 +25,19 @@ from streams.broker import TansuBroker
 
 
 @pytest.fixture(scope="session")
+def native_build_done() -> None:
+    """Wait for a build of the compiled core that ``make test`` runs beside the tests.
+
+    For the tests whose child processes run the compiled core (``ALLOT_CORE`` native or
+    auto); the rest run the pure core and need no build.
+    """
+    from native import build_dir
+    from native.build import wait_for_build
+
+    wait_for_build(build_dir())
+
+
+@pytest.fixture(scope="session")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The bootstrap address of a Tansu broker running for the test session."""
     log = Path(tmp_path_factory.mktemp("tansu")) / "tansu.log"

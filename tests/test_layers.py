@@ -10,6 +10,7 @@ including those inside functions (lazy imports are still dependencies).
 from __future__ import annotations
 
 import ast
+import functools
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,19 +70,23 @@ def _modules(package: str) -> Iterator[Path]:
     yield from sorted((REPO / package).rglob("*.py"))
 
 
-def _imports(path: Path) -> Iterator[tuple[str, int]]:
+# Read once per file for the whole module: every layering pair walks the same files, and
+# parsing them again for each of the pairs was most of this module's time.
+@functools.cache
+def _imports(path: Path) -> tuple[tuple[str, int], ...]:
     """(top-level package, line) of every import in ``path``; relative ones resolve to its own."""
     tree = ast.parse(path.read_text(), filename=str(path))
     own = path.relative_to(REPO).parts[0]
+    found: list[tuple[str, int]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield alias.name.split(".")[0], node.lineno
+            found.extend((alias.name.split(".")[0], node.lineno) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                yield own, node.lineno
+                found.append((own, node.lineno))
             elif node.module:
-                yield node.module.split(".")[0], node.lineno
+                found.append((node.module.split(".")[0], node.lineno))
+    return tuple(found)
 
 
 def _violations(importer: str, imported: str) -> list[str]:

@@ -17,7 +17,9 @@ from allot.cli import main
 from events import BudgetNodeDefined, HostAdded, HostRemoved, WorkloadCancelled
 from tests.kafka import Live, unique_prefix, wait_until
 
-pytestmark = pytest.mark.kafka
+# Its commands run the core the way a user's shell does (ALLOT_CORE unset: compiled when
+# built), so they wait for a build that ``make test`` runs beside the tests.
+pytestmark = [pytest.mark.kafka, pytest.mark.usefixtures("native_build_done")]
 C = "gaps"
 
 

@@ -21,7 +21,9 @@ from events import BudgetNodeDefined, HostAdded, WorkloadSubmitted
 from streams.state_cli import when
 from tests.kafka import Live, unique_prefix, wait_until
 
-pytestmark = pytest.mark.kafka
+# Its commands run the core the way a user's shell does (ALLOT_CORE unset: compiled when
+# built), so they wait for a build that ``make test`` runs beside the tests.
+pytestmark = [pytest.mark.kafka, pytest.mark.usefixtures("native_build_done")]
 C = "qf"
 
 

@@ -13,6 +13,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -23,6 +25,8 @@ from native import build as native_build
 from tests import native_probe
 
 REPO = Path(__file__).resolve().parent.parent
+# ``make test`` builds the compiled core beside the tests: wait for it before asking for it.
+pytestmark = pytest.mark.usefixtures("native_build_done")
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -167,3 +171,41 @@ def test_no_stale_warning_in_this_process() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert native.status().name == "pure"
+
+
+# -- the wait for a build that runs beside the tests ----------------------------------------
+
+
+def test_no_build_under_way_means_no_wait(tmp_path: Path) -> None:
+    assert native_build.wait_for_build(tmp_path / "native", timeout_s=5) < 1.0
+
+
+def test_the_wait_ends_when_the_build_removes_its_marker(tmp_path: Path) -> None:
+    out = tmp_path / "native"
+    marker = native_build.building_marker(out)
+    marker.touch()
+    waiting = threading.Event()
+    waiter = threading.Thread(target=lambda: (waiting.set(),
+                                              native_build.wait_for_build(out, timeout_s=60)))
+    waiter.start()
+    waiting.wait(10)
+    assert waiter.is_alive()  # the marker is there: it waits
+    marker.unlink()
+    waiter.join(10)
+    assert not waiter.is_alive()
+
+
+def test_a_marker_a_killed_make_left_behind_is_ignored(tmp_path: Path) -> None:
+    out = tmp_path / "native"
+    marker = native_build.building_marker(out)
+    marker.touch()
+    hour_ago = time.time() - 3600
+    os.utime(marker, (hour_ago, hour_ago))
+    assert native_build.wait_for_build(out, timeout_s=600, stale_s=900) < 1.0
+
+
+def test_a_build_that_outlives_the_wait_is_named(tmp_path: Path) -> None:
+    out = tmp_path / "native"
+    native_build.building_marker(out).touch()
+    with pytest.raises(native_build.BuildStillRunning, match=r"native\.building still there"):
+        native_build.wait_for_build(out, timeout_s=0.3, poll_s=0.05)
