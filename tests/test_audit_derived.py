@@ -105,8 +105,7 @@ def assert_derived_equals_plain(con: duckdb.DuckDBPyConnection, downstream: bool
 
     ``downstream=False`` leaves out the views built on the derived ones: enough to show
     that a run was derived again rightly (those views are functions of the derived rows,
-    compared on every kind of log by the first test), and DuckDB takes about half a
-    second to plan each of them over the plain views.
+    compared on every kind of log by the first test).
     """
     runs = [r for (r,) in con.execute("SELECT DISTINCT run FROM events ORDER BY run").fetchall()]
     views = {**VIEWS, **DOWNSTREAM} if downstream else dict(VIEWS)
