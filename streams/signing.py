@@ -41,6 +41,7 @@ hashes per record; the signer, key, revocation and role checks stay per record.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import tomllib
@@ -232,15 +233,17 @@ class RootCache:
     def holds(self, message: bytes, sig_b: bytes, key: Ed25519PublicKey) -> bool:
         k = (key.public_bytes_raw(), message, sig_b)
         if k in self._seen:
-            self._seen.move_to_end(k)
+            with contextlib.suppress(KeyError):   # (dropped by another thread meanwhile)
+                self._seen.move_to_end(k)
             self.hits += 1
             return True
         self.misses += 1
         if not keys.verify(message, sig_b, key):
             return False
         self._seen[k] = None
-        if len(self._seen) > self.size:
-            self._seen.popitem(last=False)
+        while len(self._seen) > self.size:
+            with contextlib.suppress(KeyError):
+                self._seen.popitem(last=False)
         return True
 
 
