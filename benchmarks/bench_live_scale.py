@@ -38,7 +38,13 @@ sampled every 0.25 s: peak and at the end) and CPU seconds, the load average.
 ``--signed`` runs the default worker (every input Ed25519-signed by its actor
 and verified), ``--unsigned`` without signatures (``require_signatures`` off),
 ``--both`` one after the other in the same broker (seals on in both, as by
-default).
+default). ``--batch-sign N`` adds a batch-signed run after those (same broker,
+same worker settings as the signed run): the load generator signs each actor's
+records of a phase in batches of up to N with one Ed25519 signature per batch
+(``streams.signing.sign_batch_headers``: a Merkle root; each record carries its
+proof), as a client publishing a researcher's many submissions at once would;
+the worker verifies one signature per batch root (its root cache) and a few
+hashes per record. Records per signature are reported (``records_per_signature``).
 
 ``--archive`` then times the archiver over the run's journal (real records)
 against a raw consume of the same journal on the same broker.
@@ -53,7 +59,8 @@ produce and acks, and the benchmark's own read back
 (decode, verify, core, produce), grouped by module; profiling slows it, so the
 figures of a profiled run are not the benchmark's.
 
-Usage: python -m benchmarks.bench_live_scale [--unsigned|--signed|--both] [--pending N]
+Usage: python -m benchmarks.bench_live_scale [--unsigned|--signed|--both] [--batch-sign N]
+       [--pending N]
        [--rates R1,R2] [--seconds S] [--restarts N] [--archive] [--profile] [--trace]
        [--set KEY=VALUE]
        [--bootstrap HOST:PORT]
@@ -101,6 +108,7 @@ from simulator.spec import WorkloadSpec
 from streams import batch_trace
 from streams.broker import TansuBroker
 from streams.records import INBOX, JOURNAL, KIND_CLAIM, KIND_INPUT, Claim, topic
+from streams.signing import sign_batch_headers
 from streams.topics import ensure_topics
 from streams.worker import partition_for
 
@@ -301,8 +309,10 @@ class Sender:
     """
 
     def __init__(self, p: Any, inbox: str, cluster: str, partition: int,
-                 sig: Signing | None) -> None:
+                 sig: Signing | None, batch_sign: int = 0) -> None:
         self.p, self.inbox, self.cluster, self.partition, self.sig = p, inbox, cluster, partition, sig
+        self.batch_sign = batch_sign   # > 1: each actor's records signed in batches of this many
+        self.signatures = 0            # signatures made for ``messages`` (batch roots or records)
         self.sent: dict[str, float] = {}
         self.futs: list[Any] = []
 
@@ -310,11 +320,30 @@ class Sender:
         return self.sig.prepare(events) if self.sig is not None else events
 
     def messages(self, events: list[Event]) -> list[Message]:
-        out: list[Message] = []
-        for e in events:
-            value = encode(e)
-            out.append((e.id, value, self.sig.headers(value, e.actor) if self.sig else None))
-        return out
+        values = [encode(e) for e in events]
+        if self.sig is None:
+            return [(e.id, v, None) for e, v in zip(events, values, strict=True)]
+        headers: list[list[tuple[str, bytes]] | None] = [None] * len(events)
+        if self.batch_sign > 1:
+            by_actor: dict[str, list[int]] = {}
+            for i, e in enumerate(events):
+                by_actor.setdefault(e.actor, []).append(i)
+            for actor, idx in by_actor.items():
+                for k in range(0, len(idx), self.batch_sign):
+                    chunk = idx[k:k + self.batch_sign]
+                    self.signatures += 1
+                    if len(chunk) == 1:
+                        headers[chunk[0]] = self.sig.headers(values[chunk[0]], actor)
+                        continue
+                    signed = sign_batch_headers([values[i] for i in chunk], actor,
+                                                self.sig.secret(actor))
+                    for i, h in zip(chunk, signed, strict=True):
+                        headers[i] = h
+        else:
+            for i, e in enumerate(events):
+                headers[i] = self.sig.headers(values[i], e.actor)
+                self.signatures += 1
+        return [(e.id, v, h) for e, v, h in zip(events, values, headers, strict=True)]
 
     async def send(self, e: Event) -> None:
         await self.send_message(self.messages([e])[0])
@@ -362,8 +391,10 @@ def latencies(f: Follower, sender: Sender, ids: list[str], wids: list[str],
 async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending: int, rates: list[int], seconds: float,
                    finish_every: int, profile: Path | None,
                    worker_settings: dict[str, Any] | None = None,
-                   restarts: int = 0, trace: bool = False) -> dict[str, Any]:
-    prefix = f"ls{'s' if signed else 'u'}{int(time.time())}."
+                   restarts: int = 0, trace: bool = False,
+                   batch_sign: int = 0) -> dict[str, Any]:
+    batch_sign = batch_sign if signed else 0
+    prefix = f"ls{'b' if batch_sign > 1 else 's' if signed else 'u'}{int(time.time())}."
     cluster = scenario_at(SCENARIO).cluster.id
     p_idx = partition_for(cluster, PARTITIONS)
     await ensure_topics(bootstrap, prefix, PARTITIONS)
@@ -373,7 +404,7 @@ async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending
     settings = settings_for(bootstrap, prefix, (cluster,), snapshot_every_records=0,
                             instance_id=f"{prefix}scale", worker_name=f"{prefix}scale",
                             **(sig.settings() if sig else {}), **(worker_settings or {}))
-    name = "scale-" + ("signed" if signed else "unsigned")
+    name = "scale-" + ("batch-signed" if batch_sign > 1 else "signed" if signed else "unsigned")
     trace_path = OUT / f"{name}.trace.jsonl"
     if trace:
         OUT.mkdir(parents=True, exist_ok=True)
@@ -386,9 +417,10 @@ async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending
     f.trace = trace
     await f.start()
     p = await producer(bootstrap)
-    s = Sender(p, topic(INBOX, prefix), cluster, p_idx, sig)
+    s = Sender(p, topic(INBOX, prefix), cluster, p_idx, sig, batch_sign)
     mk = Inputs(cluster=cluster, prefix="s", source="bench")
-    out: dict[str, Any] = {"signed": signed, "load_start": round(os.getloadavg()[0], 2)}
+    out: dict[str, Any] = {"signed": signed, "batch_sign": batch_sign,
+                           "load_start": round(os.getloadavg()[0], 2)}
     rng = random.Random(25)
     try:
         await wait_for(lambda: len(f.journaled) > 0, 120, "the first tick")
@@ -427,7 +459,9 @@ async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending
 
         # -- queue: `pending` submissions as fast as the client can
         queue = s.prep([submission(mk, next(it), int(time.time())) for _ in range(pending)])
+        sigs0 = s.signatures
         msgs = s.messages(queue)
+        per_sig = len(queue) / max(1, s.signatures - sigs0) if sig is not None else 0.0
         before = Counter(f.decisions)
         cpu0, load0 = cpu.take(), os.getloadavg()[0]
         t0 = time.perf_counter()
@@ -445,13 +479,16 @@ async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending
                         "worker_cpu_ms_per_submission": 1000 * used["worker"] / len(queue),
                         "pending_after": f.pending(), "running_after": len(f.running()),
                         "decisions": dict(f.decisions - before),
+                        "records_per_signature": per_sig,
                         "rss_mb": mem.now() / 1e6}
 
         # -- churn at fixed offered rates
         for rate in rates:
             n = int(rate * seconds)
             subs = s.prep([submission(mk, next(it), int(time.time())) for _ in range(n)])
+            sigs0 = s.signatures
             msgs = s.messages(subs)
+            per_sig = n / max(1, s.signatures - sigs0) if sig is not None else 0.0
             ids = [e.id for e in subs]
             wids = [e.workload for e in subs]  # type: ignore[attr-defined]
             before = Counter(f.decisions)
@@ -484,6 +521,7 @@ async def run_once(bootstrap: str, broker_pid: int | None, signed: bool, pending
                 "worker_cpu_ms_per_submission": 1000 * used.get("worker", 0.0) / n,
                 "pending_after": f.pending(), "running_after": len(f.running()),
                 "decisions": dict(f.decisions - before),
+                "records_per_signature": per_sig,
                 **latencies(f, s, ids, wids, t_end)}
             if trace:
                 subs = [(s.sent[e], f.inbox_offset[e], d) for e in ids
@@ -685,6 +723,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     mode.add_argument("--unsigned", action="store_true", help="signatures off only")
     mode.add_argument("--signed", action="store_true", help="signatures on only (the default worker)")
     mode.add_argument("--both", action="store_true", help="unsigned, then signed (the default)")
+    ap.add_argument("--batch-sign", type=int, default=0, metavar="N",
+                    help="then a batch-signed run: the load generator signs each actor's "
+                         "records of a phase in batches of up to N with one signature "
+                         "(streams.signing.sign_batch_headers); 0: none (the default)")
     ap.add_argument("--pending", type=int, default=20_000, help="the queue's size (default 20,000)")
     ap.add_argument("--rates", default="1000,5000",
                     help="offered submissions/s of the churn phases (default 1000,5000)")
@@ -708,7 +750,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--bootstrap")
     ap.add_argument("--json", action="store_true", help="print the results as JSON at the end")
     args = ap.parse_args(argv)
-    modes = [False] if args.unsigned else [True] if args.signed else [False, True]
+    modes: list[tuple[str, bool, int]] = [("unsigned", False, 0)] if args.unsigned else \
+        [("signed", True, 0)] if args.signed else [("unsigned", False, 0), ("signed", True, 0)]
+    if args.batch_sign > 1:
+        modes.append(("batch-signed", True, args.batch_sign))
     rates = [int(x) for x in args.rates.split(",") if x]
     worker_settings = dict(worker_setting(x) for x in args.set)
     print(f"machine: {machine()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -724,13 +769,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             # The broker's own ceiling in the same run: raw produce and consume of one partition.
             results["broker"] = asyncio.run(bench_broker(bs, args.broker_records))
             show("broker (raw aiokafka, one partition)", results["broker"])
-        for signed in modes:
-            name = "signed" if signed else "unsigned"
+        for name, signed, batch in modes:
             prof = OUT / f"scale-{name}.prof" if args.profile else None
             t0 = time.perf_counter()
             r = asyncio.run(run_once(bs, broker_pid, signed, args.pending, rates, args.seconds,
                                      args.finish_every, prof, worker_settings,
-                                     args.restarts, args.trace))
+                                     args.restarts, args.trace, batch))
             results[name] = r
             show(f"{name} ({time.perf_counter() - t0:.0f} s)", r)
         if args.archive:

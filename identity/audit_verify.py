@@ -10,7 +10,8 @@ Two signatures stand behind each journaled input, and both are public-key
   and left out of the fold, as the restarted worker leaves it out;
 - the **producer's signature** of each input: the worker journals the exact
   inbox bytes with the producer's headers (``allot-signer``, ``allot-key-id``,
-  ``allot-signature``). The journal is folded as it is read, so each input
+  ``allot-signature``, and ``allot-batch-proof`` for a batch-signed input: the
+  record is checked alone, against the root its proof leads to). The journal is folded as it is read, so each input
   meets the principal registry (keys, rotations, revocations, roles) as it was
   when the worker took it: an input signed by a key revoked *later* still
   verifies; the same ``streams.processor.Processor.check`` the worker ran says

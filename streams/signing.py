@@ -20,13 +20,33 @@ A signed input must name its signer as the event's ``actor``; with
 
 The value is signed byte for byte, and the journal keeps the exact inbox bytes
 and these headers, so ``allot audit verify`` re-checks any journaled input.
+
+**Batch signatures** (``sign_batch_headers``): a producer publishing many
+inputs at once signs them with one Ed25519 signature, and each record stays
+verifiable alone. The signed bytes are ``b"allot-batch-v1\x00" + root``, the
+root of a Merkle tree over the batch's record values (RFC 6962 hashing: leaf
+= SHA-256(0x00 + value), node = SHA-256(0x01 + left + right); at a level of
+odd length the last node is carried up unchanged). Each record carries the
+usual three headers (``allot-signature``: the hex signature of that root
+message) and ``allot-batch-proof``: ``<index>/<size>/<siblings>``, the leaf's
+index and the batch size in decimal, and the sibling hashes from the leaf up,
+hex, concatenated (64 hex digits each; their number and sides follow from
+index and size). The prefix keeps a batch root's signature from ever passing
+as a record's (a value is an encoded event, never that prefix) and the other
+way round. A record without the proof header is checked as before. A
+verified root signature is remembered (``RootCache``: key (raw public key,
+root, signature), LRU bound), so a batch costs one Ed25519 verify plus a few
+hashes per record; the signer, key, revocation and role checks stay per record.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import tomllib
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -37,7 +57,13 @@ from identity import keys
 from streams.records import HEADER_SIGNATURE, HEADER_SIGNER, Headers, header
 
 HEADER_KEY_ID = "allot-key-id"
-SIGNATURE_HEADERS = (HEADER_SIGNER, HEADER_KEY_ID, HEADER_SIGNATURE)
+HEADER_BATCH_PROOF = "allot-batch-proof"
+SIGNATURE_HEADERS = (HEADER_SIGNER, HEADER_KEY_ID, HEADER_SIGNATURE, HEADER_BATCH_PROOF)
+
+# What a batch signature signs: this prefix, then the 32-byte Merkle root.
+BATCH_PREFIX = b"allot-batch-v1\x00"
+# The largest batch a proof may name (a proof is then at most 20 sibling hashes).
+MAX_BATCH = 1 << 20
 
 
 class KeyringError(AllotError):
@@ -54,6 +80,175 @@ def sign_headers(value: bytes, principal: str, key: bytes) -> list[tuple[str, by
     kid = keys.secret_key_id(key)
     return [(HEADER_SIGNER, principal.encode()), (HEADER_KEY_ID, kid.encode()),
             (HEADER_SIGNATURE, signature(value, key).encode())]
+
+
+def leaf_hash(value: bytes) -> bytes:
+    """RFC 6962 leaf hash: SHA-256(0x00 + value)."""
+    return hashlib.sha256(b"\x00" + value).digest()
+
+
+def node_hash(left: bytes, right: bytes) -> bytes:
+    """RFC 6962 interior node hash: SHA-256(0x01 + left + right)."""
+    return hashlib.sha256(b"\x01" + left + right).digest()
+
+
+def merkle_tree(values: Sequence[bytes]) -> tuple[bytes, list[list[bytes]]]:
+    """``(root, proofs)``: the root over ``values`` and each value's sibling hashes, leaf up.
+
+    At a level of odd length the last node is carried up unchanged (it has no
+    sibling at that level, so its proof has no entry there).
+    """
+    if not values:
+        raise ValueError("a batch needs at least one value")
+    level = [leaf_hash(v) for v in values]
+    proofs: list[list[bytes]] = [[] for _ in values]
+    pos = list(range(len(values)))   # each leaf's node index at the current level
+    while len(level) > 1:
+        n = len(level)
+        for leaf, i in enumerate(pos):
+            sib = i ^ 1
+            if sib < n:
+                proofs[leaf].append(level[sib])
+            pos[leaf] = i >> 1
+        nxt = [node_hash(level[i], level[i + 1]) for i in range(0, n - 1, 2)]
+        if n % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0], proofs
+
+
+class BadProof(ValueError):
+    """An ``allot-batch-proof`` header that cannot be read, or does not fit its index and size."""
+
+
+def encode_proof(index: int, size: int, siblings: Sequence[bytes]) -> bytes:
+    """The ``allot-batch-proof`` header: ``<index>/<size>/<sibling hashes, hex, concatenated>``."""
+    return f"{index}/{size}/{b''.join(siblings).hex()}".encode("ascii")
+
+
+def root_of(value: bytes, proof: bytes) -> bytes:
+    """The Merkle root that ``proof`` (an ``allot-batch-proof`` header) leads ``value`` to.
+
+    BadProof when the header is not ``<index>/<size>/<hex>`` with 0 <= index <
+    size <= MAX_BATCH and exactly the sibling hashes that index and size call for.
+    """
+    try:
+        text = proof.decode("ascii")
+        idx_s, size_s, sib_s = text.split("/")
+        if not (idx_s.isdigit() and size_s.isdigit()) or len(idx_s) > 8 or len(size_s) > 8:
+            raise ValueError("index and size must be decimal numbers")
+        index, size = int(idx_s), int(size_s)
+        raw = bytes.fromhex(sib_s)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BadProof(f"unreadable allot-batch-proof ({exc})") from None
+    if not 0 <= index < size <= MAX_BATCH:
+        raise BadProof(f"allot-batch-proof index {index} not within a batch of {size}")
+    if len(raw) % 32:
+        raise BadProof("allot-batch-proof sibling hashes are not 32 bytes each")
+    node, i, n, k = leaf_hash(value), index, size, 0
+    while n > 1:
+        sib = i ^ 1
+        if sib < n:
+            if k + 32 > len(raw):
+                raise BadProof(f"allot-batch-proof too short for index {index} of {size}")
+            h = raw[k:k + 32]
+            k += 32
+            node = node_hash(h, node) if i & 1 else node_hash(node, h)
+        i, n = i >> 1, (n + 1) >> 1
+    if k != len(raw):
+        raise BadProof(f"allot-batch-proof too long for index {index} of {size}")
+    return node
+
+
+def batch_message(root: bytes) -> bytes:
+    """What a batch signature signs: ``BATCH_PREFIX + root``."""
+    return BATCH_PREFIX + root
+
+
+def sign_batch_headers(values: Sequence[bytes], principal: str,
+                       key: bytes) -> list[list[tuple[str, bytes]]]:
+    """Per value, the headers that sign the whole batch ``values`` once as ``principal``.
+
+    One Ed25519 signature of the batch's Merkle root; each record's headers
+    carry it and that record's ``allot-batch-proof``, so each verifies alone.
+    """
+    root, proofs = merkle_tree(values)
+    kid = keys.secret_key_id(key).encode()
+    sig = signature(batch_message(root), key).encode()
+    who = principal.encode()
+    n = len(values)
+    return [[(HEADER_SIGNER, who), (HEADER_KEY_ID, kid), (HEADER_SIGNATURE, sig),
+             (HEADER_BATCH_PROOF, encode_proof(i, n, proofs[i]))] for i in range(n)]
+
+
+def signed_message(value: bytes, headers: Headers | None) -> bytes:
+    """The bytes a record's signature signs: its value, or a batch root's message.
+
+    BadProof when the record carries an ``allot-batch-proof`` that cannot be read.
+    """
+    proof = header(headers, HEADER_BATCH_PROOF)
+    if proof is None:
+        return value
+    return batch_message(root_of(value, proof))
+
+
+class RootCheck(Protocol):
+    """Checks a batch root's signature (``verify`` asks it for every batch-signed record)."""
+
+    def holds(self, message: bytes, sig_b: bytes, key: Ed25519PublicKey) -> bool: ...
+
+
+class PlainRoots:
+    """No memory: every batch-signed record's root signature is verified again (the plain twin)."""
+
+    def holds(self, message: bytes, sig_b: bytes, key: Ed25519PublicKey) -> bool:
+        return keys.verify(message, sig_b, key)
+
+
+class RootCache:
+    """Batch root signatures that held, so a batch costs one Ed25519 verify, not one per record.
+
+    Key: (raw public key, root message, signature header bytes); it holds only
+    "this signature over this root holds under this key" (never a verdict: who
+    signed, revocation and roles are checked per record). Lapse rule: LRU,
+    at most ``size`` entries (a root is dropped when ``size`` newer ones were used).
+    A signature that did not hold is not remembered (verified again when seen).
+    """
+
+    __slots__ = ("_seen", "hits", "misses", "size")
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._seen: OrderedDict[tuple[bytes, bytes, bytes], None] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def known(self, raw_key: bytes, message: bytes, sig_b: bytes) -> bool:
+        """Whether this signature over this root was found to hold under this key (no verify)."""
+        return (raw_key, message, sig_b) in self._seen
+
+    def holds(self, message: bytes, sig_b: bytes, key: Ed25519PublicKey) -> bool:
+        k = (key.public_bytes_raw(), message, sig_b)
+        if k in self._seen:
+            with contextlib.suppress(KeyError):   # (dropped by another thread meanwhile)
+                self._seen.move_to_end(k)
+            self.hits += 1
+            return True
+        self.misses += 1
+        if not keys.verify(message, sig_b, key):
+            return False
+        self._seen[k] = None
+        while len(self._seen) > self.size:
+            with contextlib.suppress(KeyError):
+                self._seen.popitem(last=False)
+        return True
+
+
+# The process's root cache: what ``verify`` uses when not given one.
+ROOTS = RootCache()
 
 
 def signature_headers(headers: Headers | None) -> list[tuple[str, bytes]]:
@@ -172,11 +367,14 @@ Checked = Mapping[tuple[bytes, bytes], bytes]
 
 
 def _holds(value: bytes, sig_b: bytes | None, key: Ed25519PublicKey,
-           checked: Checked | None) -> bool:
+           checked: Checked | None, roots: RootCheck | None) -> bool:
+    # ``value``: the signed message (the record value, or a batch root's message: ``roots``).
     if sig_b is None:
         return False
     if checked is not None and checked.get((sig_b, value)) == key.public_bytes_raw():
         return True   # the same key, signature and bytes were verified ahead
+    if roots is not None:
+        return roots.holds(value, sig_b, key)
     return keys.verify(value, sig_b, key)
 
 
@@ -198,6 +396,10 @@ def job(value: bytes, headers: Headers | None, keyring: Keyring,
         sig = bytes.fromhex(sig_b.decode("ascii").strip())
     except (ValueError, UnicodeDecodeError):
         return None
+    try:
+        message = signed_message(value, headers)
+    except BadProof:
+        return None
     signer = signer_b.decode("utf-8", "replace")
     kid_b = header(headers, HEADER_KEY_ID)
     kid = kid_b.decode("utf-8", "replace") if kid_b is not None else None
@@ -211,11 +413,12 @@ def job(value: bytes, headers: Headers | None, keyring: Keyring,
         if key is not None and kid is not None and kid != (keyring.key_id(signer)
                                                             or keys.key_id(key)):
             key = keyring.other_key(signer, kid)
-    return None if key is None else (key.public_bytes_raw(), sig, value)
+    return None if key is None else (key.public_bytes_raw(), sig, message)
 
 
 def verify(value: bytes, headers: Headers | None, keyring: Keyring,
-           registry: Registry | None = None, checked: Checked | None = None) -> Verdict:
+           registry: Registry | None = None, checked: Checked | None = None,
+           roots: RootCheck | None = None) -> Verdict:
     """Check ``value``'s signature headers against ``registry`` (registered keys) and ``keyring``.
 
     A key id the registry knows is checked against the registered public key,
@@ -225,6 +428,12 @@ def verify(value: bytes, headers: Headers | None, keyring: Keyring,
     (the configured keys: the ticker, the first admin). ``checked``: signatures
     verified ahead, under the key named there (the verdict is the same; only
     the Ed25519 check itself is skipped when that key is the one resolved here).
+
+    A record with an ``allot-batch-proof`` is checked against the root its
+    proof leads to (an unreadable proof: ``bad_signature``), and that root's
+    signature through ``roots`` (default: the process's ``ROOTS`` cache;
+    ``PlainRoots()`` verifies every time). Everything else is as for a record
+    signed alone.
     """
     signer_b = header(headers, HEADER_SIGNER)
     sig_b = header(headers, HEADER_SIGNATURE)
@@ -235,14 +444,25 @@ def verify(value: bytes, headers: Headers | None, keyring: Keyring,
     kid = kid_b.decode("utf-8", "replace") if kid_b is not None else None
     if signer_b is None:
         return Verdict(None, UNKNOWN_SIGNER, "no allot-signer header")
+    batch = header(headers, HEADER_BATCH_PROOF) is not None
+    if batch:
+        try:
+            value = signed_message(value, headers)
+        except BadProof as exc:
+            return Verdict(None, BAD_SIGNATURE, str(exc))
+        if roots is None:
+            roots = ROOTS
+    else:
+        roots = None   # a record signed alone is verified as ever
     known = registry.key(kid) if registry is not None and kid is not None else None
     if known is not None:
         who, pub_hex = known
         key = _public(pub_hex)
         if who != signer or key is None:
             return Verdict(None, BAD_SIGNATURE, f"key {kid} is not {signer[:80]!r}'s")
-        if not _holds(value, sig_b, key, checked):
-            return Verdict(None, BAD_SIGNATURE, f"not {signer[:80]!r}'s signature under key {kid}")
+        if not _holds(value, sig_b, key, checked, roots):
+            return Verdict(None, BAD_SIGNATURE, f"not {signer[:80]!r}'s "
+                                                f"{'batch ' if batch else ''}signature under key {kid}")
         why = registry.retired_why(kid) if registry is not None else None
         if why is not None:
             return Verdict(None, REVOKED_KEY, f"key {kid} of {signer[:80]!r} was {why}", kid)
@@ -265,8 +485,9 @@ def verify(value: bytes, headers: Headers | None, keyring: Keyring,
             return Verdict(None, BAD_SIGNATURE,
                            f"key id {kid[:40]!r} is not {signer[:80]!r}'s key")
         key, own = other, kid
-    if not _holds(value, sig_b, key, checked):
-        return Verdict(None, BAD_SIGNATURE, f"not {signer[:80]!r}'s signature")
+    if not _holds(value, sig_b, key, checked, roots):
+        return Verdict(None, BAD_SIGNATURE,
+                       f"not {signer[:80]!r}'s {'batch ' if batch else ''}signature")
     if registry is not None and registry.retired_why(own) is not None:
         return Verdict(None, REVOKED_KEY, f"key {own} of {signer[:80]!r} was "
                                           f"{registry.retired_why(own)}", own)

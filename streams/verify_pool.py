@@ -11,7 +11,9 @@ decision per record is unchanged: it still resolves the key, checks the signer,
 revocation and roles in order, and verifies itself any signature whose key it
 resolves differently from the job (the state changed within the batch), or that
 did not hold ahead. Small batches are checked in the loop: a round trip to
-another process costs more than a few verifications.
+another process costs more than a few verifications. A batch-signed record
+(``allot-batch-proof``) is one job per batch root, not per record, and none
+when the worker's root cache (``signing.ROOTS``) already holds that root.
 """
 
 from __future__ import annotations

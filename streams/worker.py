@@ -1148,6 +1148,9 @@ class Worker:
         """The batch's signatures that hold, verified in the verify pool against the state now."""
         assert self._verify_pool is not None
         jobs = []
+        # A batch signature (``allot-batch-proof``) is one job per root, not per record, and
+        # none when the root cache already holds it (the processor then costs a few hashes).
+        roots_seen: set[tuple[bytes, bytes]] = set()
         for tp, msgs in batch.items():
             st = self.owned.get(tp.partition)
             if st is None:
@@ -1160,8 +1163,14 @@ class Worker:
                 job = signing.job(m.value, headers, self.keyring,
                                   engine.state.principals if engine is not None else None)
                 sig_b = header(headers, HEADER_SIGNATURE)
-                if job is not None and sig_b is not None:
-                    jobs.append((sig_b, job))
+                if job is None or sig_b is None:
+                    continue
+                if header(headers, signing.HEADER_BATCH_PROOF) is not None:
+                    if (sig_b, job[2]) in roots_seen \
+                            or signing.ROOTS.known(job[0], job[2], sig_b):
+                        continue
+                    roots_seen.add((sig_b, job[2]))
+                jobs.append((sig_b, job))
         return await self._verify_pool.check(jobs)
 
     def _journal(self, st: PartitionState, out: list[tuple[str, bytes, list[tuple[str, bytes]]]],

@@ -37,3 +37,21 @@ def test_the_scale_benchmark_runs_at_a_tiny_size(kafka: str, tmp_path: Path,
     assert r["archive"]["records"] >= run["journal_records"]
     assert r["archive"]["archive_per_s"] > 0
     assert (tmp_path / "scale-results.json").is_file()
+
+
+def test_batch_signed_inputs_all_go_through_at_a_tiny_size(kafka: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench_live, "OUT", tmp_path)
+    monkeypatch.setattr(bench_live_scale, "OUT", tmp_path)
+    r = bench_live_scale.main(["--signed", "--batch-sign", "16", "--pending", "300",
+                               "--rates", "200", "--seconds", "1", "--broker-records", "0",
+                               "--bootstrap", kafka])
+    assert r["signed"]["queue"]["records_per_signature"] == 1
+    run = r["batch-signed"]
+    assert run["batch_sign"] == 16
+    assert 1 < run["queue"]["records_per_signature"] <= 16
+    # Every batch-signed submission verified, accepted and journaled (none dead-lettered).
+    assert run["queue"]["submissions"] == 300
+    churn = run["churn_200"]
+    assert churn["journaled"]["n"] == churn["submissions"] == 200
+    assert churn["records_per_signature"] > 1

@@ -18,6 +18,7 @@ from events.factory import Inputs
 from identity import keys
 from identity.audit_verify import verify_journal
 from streams import signing
+from streams.client import Client
 from tests.kafka import TICK_KEY, Live, unique_prefix, wait_until
 
 pytestmark = pytest.mark.kafka
@@ -78,3 +79,34 @@ def test_signed_inputs_are_journaled_with_their_signature_and_verify_later(live:
     stranger = ring.with_key("allot.ticker", keys.public_of(b"x"))
     none = live.bg.run(verify_journal(live.bootstrap, stranger, live.prefix))
     assert none.forged == none.records > 0 and none.sealed == 0 and not none.ok
+
+
+def test_batch_signed_inputs_are_journaled_with_their_proofs_and_verify_later(live: Live) -> None:
+    """``Client.publish_many`` signs one principal's inputs with one signature (a Merkle root)."""
+    live.wait_event(CLUSTER, lambda e: isinstance(e, ClockTicked), what="the first tick")
+    ring = signing.Keyring.from_file(Path(live.keyring_path))  # type: ignore[attr-defined]
+    before = live.bg.run(verify_journal(live.bootstrap, ring, live.prefix))
+    mk = Inputs(cluster=CLUSTER, prefix="batch-")
+    now = int(time.time())
+    nodes = [mk.node("blab", managers=("admin",), at=now),
+             *(mk.node(f"blab/t{i}", at=now) for i in range(4))]
+
+    async def publish() -> list[str]:
+        async with Client(live.bootstrap, live.prefix, signer=("admin", ADMIN.encode()),
+                          client_id="batch-test") as c:
+            return [p.id for p in await c.publish_many(nodes)]
+
+    ids = live.bg.run(publish())
+    assert all(i.startswith("admin:") for i in ids)
+    for i in ids:
+        live.wait_event(CLUSTER, lambda e, i=i: isinstance(e, BudgetNodeDefined) and e.id == i,
+                        what=f"the batch-signed node {i}")
+    # Re-verified from the journal: the proofs were journaled with the signature headers
+    # (without them a root's signature is no signature of the value, and the check fails).
+    after = live.bg.run(verify_journal(live.bootstrap, ring, live.prefix))
+    assert after.failed == 0 and after.ok
+    assert after.verified - before.verified >= len(nodes)
+    assert after.by_signer.get("admin", 0) - before.by_signer.get("admin", 0) == len(nodes)
+    other = ring.with_key("admin", keys.public_of(b"someone-else"))
+    bad = live.bg.run(verify_journal(live.bootstrap, other, live.prefix))
+    assert bad.failed >= len(nodes) and not bad.ok

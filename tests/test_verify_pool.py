@@ -81,3 +81,24 @@ def test_a_signature_checked_under_another_key_is_checked_again() -> None:
 def test_small_batches_are_left_to_the_loop() -> None:
     recs = records()[: verify_pool.MIN_JOBS - 1]
     assert checked_ahead(recs) == {}
+
+
+def test_a_batch_signature_is_one_job_per_root_and_its_verdicts_are_unchanged() -> None:
+    recs: list[tuple[bytes, list[tuple[str, bytes]]]] = []
+    for b in range(40):
+        vs = [f'{{"type":"workload.submitted","id":"alice:b{b}-{i}"}}'.encode() for i in range(3)]
+        recs += zip(vs, signing.sign_batch_headers(vs, "alice", ALICE), strict=True)
+    vs = [b'{"id":"f0"}', b'{"id":"f1"}']
+    recs += zip(vs, signing.sign_batch_headers(vs, "alice", MALLORY), strict=True)   # forged
+    recs.append((b'{"id":"f9"}', signing.sign_batch_headers(vs, "alice", ALICE)[0]))  # tampered
+    jobs = {(header(hs, HEADER_SIGNATURE), signing.job(v, hs, ring())) for v, hs in recs}
+    # A batch's records share one job, its root's; the forged batch (mallory's key id) has
+    # none (no key to check it with), the tampered record a root of its own.
+    assert len(jobs) == 40 + 1 + 1
+    checked = checked_ahead(recs)
+    assert len(checked) == 40        # the good roots only
+    for value, hs in recs:
+        alone = verify(value, hs, ring(), roots=signing.PlainRoots())
+        ahead = verify(value, hs, ring(), checked=checked, roots=signing.PlainRoots())
+        assert (alone.signer, alone.problem, alone.key_id) == \
+               (ahead.signer, ahead.problem, ahead.key_id)
