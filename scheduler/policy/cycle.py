@@ -68,9 +68,11 @@ from scheduler.policy.reservations import (
 from scheduler.policy.rules import (
     BALANCED_RULES,
     LOSS_RULES,
+    PATIENT_RULES,
     RECLAIM,
     RECLAIM_LOSS_S,
     RECLAIM_RULES,
+    RECLAIM_WAIT_CAP_S,
     BudgetRule,
     Due,
 )
@@ -155,11 +157,12 @@ class Cycle:
         self._victims: VictimIndex | None = None
         self._ranking: Ranking | None = None
         self._costs: CostModel | None = None
-        self._loses_little: Callable[[Workload], bool] | None = None  # see ``loses_little``
+        # ``loses_little``'s tests of one victim, by their bound (GPU-seconds per GPU).
+        self._loses_little: dict[int, Callable[[Workload], bool]] = {}
         self._frees: HostFreeTimes | None = None
         self._guarantees: Guarantees | None = None
-        # Per leaf, (hosts, GPUs per host, commitment) of searches that found no plan.
-        self.failed: dict[str, list[tuple[int, int, int]]] = {}
+        # Per leaf, (hosts, GPUs per host, commitment, ``waited``) of searches that found no plan.
+        self.failed: dict[str, list[tuple[int, int, int, int]]] = {}
         self.to_reserve: list[Workload] = []  # noted for a reservation, not yet worked out
         # Under the balanced reclaim, the noted work the balance could not serve with
         # a search to spare, whose side is under its guarantee beside a borrowing one:
@@ -607,17 +610,19 @@ class Cycle:
     def note_failed(self, w: Workload, commitment: int) -> None:
         """Remember a failed search in ``w``'s leaf (only entries no other one covers)."""
         n, k = w.hosts, w.gpus_per_host
+        waited = self.waited(w)
         failed = self.failed.setdefault(w.budget, [])
         covered = False
-        for fn, fk, fc in failed:
+        for fn, fk, fc, fw in failed:
             if fn == n:
-                if k >= fk and commitment >= fc:
+                if k >= fk and commitment >= fc and waited <= fw:
                     return
-                if fk >= k and fc >= commitment:
+                if fk >= k and fc >= commitment and fw <= waited:
                     covered = True
         if covered:
-            failed[:] = [f for f in failed if not (f[0] == n and f[1] >= k and f[2] >= commitment)]
-        failed.append((n, k, commitment))
+            failed[:] = [f for f in failed if not (f[0] == n and f[1] >= k and f[2] >= commitment
+                                                   and f[3] <= waited)]
+        failed.append((n, k, commitment, waited))
 
     def dominated(self, w: Workload, commitment: int) -> bool:
         """True when a search in ``w``'s leaf for as many hosts, asking no more, failed.
@@ -629,15 +634,19 @@ class Cycle:
         backlog, like Slurm skipping jobs larger than one already known not to
         start. (Not across host counts: a gang may take victim gangs up to its own
         size, which a smaller request may not. Nor across leaves: another leaf may
-        preempt its own lower-priority work, or sit elsewhere in the tree.)
+        preempt its own lower-priority work, or sit elsewhere in the tree.) Under
+        ``PATIENT_RULES`` the loss bound grows with the candidate's wait
+        (``waited``), and a later workload of lower priority may have waited
+        longer: it is dominated only by a failure that had waited at least as long.
         """
         failed = self.failed.get(w.budget)
         if failed is None:
             return False
         n, k = w.hosts, w.gpus_per_host
+        waited = self.waited(w)
         # A loop, not any(): compiled, it allocates no generator per call (asked per candidate).
-        for fn, fk, fc in failed:  # noqa: SIM110
-            if n == fn and k >= fk and commitment >= fc:
+        for fn, fk, fc, fw in failed:
+            if n == fn and k >= fk and commitment >= fc and waited <= fw:
                 return True
         return False
 
@@ -938,23 +947,42 @@ class Cycle:
         return BudgetRule(self.ranking, w, due, self.guarantees if reclaim else None,
                           balanced=mode in BALANCED_RULES,
                           lockout=planning and mode == "reclaim_balanced",
-                          loses_little=None if planning or not reclaim else self.loses_little)
+                          loses_little=None if planning or not reclaim else self.loses_little(w))
 
-    @property
-    def loses_little(self) -> Callable[[Workload], bool] | None:
-        """``RECLAIM_LOSS_S`` as a test of one victim at this cycle's time (None: no bound, ``LOSS_RULES``).
+    def waited(self, w: Workload) -> int:
+        """Under ``PATIENT_RULES``: how long ``w`` has waited, in seconds, capped at ``RECLAIM_WAIT_CAP_S``.
+
+        Counted from its submission (``submitted_at``; a requeued run's wait also
+        counts from there: the state keeps no time it went back to pending). 0
+        under every other rule, whose bound does not depend on the candidate.
+        """
+        if self.policy.preemption_rule not in PATIENT_RULES:
+            return 0
+        wait = self.now - w.submitted_at
+        if wait <= 0:
+            return 0
+        return RECLAIM_WAIT_CAP_S if wait >= RECLAIM_WAIT_CAP_S else wait
+
+    def loses_little(self, w: Workload) -> Callable[[Workload], bool] | None:
+        """``RECLAIM_LOSS_S`` as a test of one victim of ``w`` at this cycle's time (None: no bound, ``LOSS_RULES``).
 
         A victim may be taken by reclaim when the work it would lose now
         (``work_lost``: since its last checkpoint under its own interval, or its
-        whole run if it cannot resume) is at most the bound per GPU. Its answer
-        moves with the time, not only with the world: the failure memo is then
-        kept for one moment only (``failures``), and the engine's idle-cycle memo
-        is off (scheduler/engine.py).
+        whole run if it cannot resume) is at most the bound per GPU. Under
+        ``PATIENT_RULES`` the bound is ``RECLAIM_LOSS_S`` plus how long ``w`` has
+        waited (``waited``), and there is none once it has waited
+        ``RECLAIM_WAIT_CAP_S``. Its answer moves with the time, not only with the
+        world: the failure memo is then kept for one moment only (``failures``),
+        and the engine's idle-cycle memo is off (scheduler/engine.py).
         """
         if self.policy.preemption_rule not in LOSS_RULES:
             return None
-        bound = RECLAIM_LOSS_S
-        if self._loses_little is None:
+        waited = self.waited(w)
+        if waited >= RECLAIM_WAIT_CAP_S:
+            return None
+        bound = RECLAIM_LOSS_S + waited
+        test = self._loses_little.get(bound)
+        if test is None:
             now = self.now
             checkpoint = checkpoint_rule(self.policy)
 
@@ -962,8 +990,8 @@ class Cycle:
                 lost = work_lost(v, now, checkpoint(v) if v.resumable else None)
                 return lost <= bound * v.gpus
 
-            self._loses_little = loses_little
-        return self._loses_little
+            test = self._loses_little[bound] = loses_little
+        return test
 
     @property
     def guarantees(self) -> Guarantees:
@@ -1030,7 +1058,7 @@ class Cycle:
 
 def _identity(w: Workload) -> tuple[object, ...]:
     """What a search or plan reads of its workload (the id alone could be reused)."""
-    return (w.id, w.budget, w.priority, w.hosts, w.gpus_per_host, w.min_runtime_s)
+    return (w.id, w.budget, w.priority, w.hosts, w.gpus_per_host, w.min_runtime_s, w.submitted_at)
 
 
 def _next_shorter(queue: list[tuple[tuple[int, int, int, str], Workload]], i: int, floor: int,
