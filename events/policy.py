@@ -87,15 +87,10 @@ class PolicyConfigured(Event, frozen=True, kw_only=True, tag="policy.configured"
     # balanced test for a margin of 10 points of use per guarantee, so two
     # sides near balance do not trade GPUs back and forth;
     # "reclaim_room_checkpoint_margin" both. scheduler/policy/rules.py.
-    # "reclaim_room_patient" (added 2026-12-08): the checkpoint bound grown by
-    # how long the taker has waited since its submission (10 minutes plus
-    # that wait, per GPU), and lifted once it has waited an hour, so work
-    # that cannot resume locks a team under its share out for at most an hour.
     preemption_rule: Literal["fair_share", "reclaim", "reclaim_balanced",
                              "reclaim_room", "reclaim_room_checkpoint",
                              "reclaim_room_margin",
-                             "reclaim_room_checkpoint_margin",
-                             "reclaim_room_patient"] = "reclaim"
+                             "reclaim_room_checkpoint_margin"] = "reclaim"
     # How long a preempted run may take to stop (SIGTERM, then SIGKILL at the
     # end of it): its GPUs take no other work until the executor reports
     # ``workload.stopped`` or this has passed. A workload may ask for less

@@ -76,7 +76,7 @@ configs = st.fixed_dictionaries({
     # (preemption_rule, borrowed_protection_s): the default, the old policy, and mixes.
     "rule": st.sampled_from([("reclaim", 0), ("fair_share", None), ("reclaim", 600),
                              ("fair_share", 600), ("reclaim_balanced", 0), ("reclaim_room", 0),
-                             ("reclaim_room_checkpoint_margin", 0), ("reclaim_room_patient", 0)]),
+                             ("reclaim_room_checkpoint_margin", 0)]),
 })
 
 OPS = {

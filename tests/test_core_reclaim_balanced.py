@@ -34,7 +34,7 @@ RECLAIM = {"preemption_rule": "reclaim", "borrowed_protection_s": 0}
 # Its variants against churn (tests/test_core_reclaim_churn.py): the property holds for them too.
 CHURN = tuple({"preemption_rule": r, "borrowed_protection_s": 0}
               for r in ("reclaim_room_checkpoint", "reclaim_room_margin",
-                        "reclaim_room_checkpoint_margin", "reclaim_room_patient"))
+                        "reclaim_room_checkpoint_margin"))
 
 # Three equal teams.
 THREE = (

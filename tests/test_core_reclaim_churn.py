@@ -6,10 +6,7 @@ while it would lose at most ``RECLAIM_LOSS_S`` seconds of work per GPU
 cannot resume); ``"reclaim_room_margin"`` asks the balanced test for a margin
 of ``RECLAIM_MARGIN_PCT`` points of use per guarantee
 (``Guarantees.node_room``, condition 3), so two sides near balance do not
-trade GPUs; ``"reclaim_room_checkpoint_margin"`` is both;
-``"reclaim_room_patient"`` grows the checkpoint bound by how long the taker has
-waited (``RECLAIM_LOSS_S`` plus its wait, per GPU) and lifts it once the taker
-has waited ``RECLAIM_WAIT_CAP_S``. docs/simulation.md,
+trade GPUs; ``"reclaim_room_checkpoint_margin"`` is both. docs/simulation.md,
 "Fair share under overload", has what each did on ai2-month.
 """
 
@@ -19,13 +16,12 @@ import pytest
 from core_helpers import HOUR, Sim
 
 from scheduler.policy.guarantee import RECLAIM_MARGIN_PCT, Guarantees
-from scheduler.policy.rules import RECLAIM_LOSS_S, RECLAIM_WAIT_CAP_S
+from scheduler.policy.rules import RECLAIM_LOSS_S
 
 ROOM = {"preemption_rule": "reclaim_room", "borrowed_protection_s": 0}
 CHECKPOINT = {"preemption_rule": "reclaim_room_checkpoint", "borrowed_protection_s": 0}
 MARGIN = {"preemption_rule": "reclaim_room_margin", "borrowed_protection_s": 0}
 BOTH = {"preemption_rule": "reclaim_room_checkpoint_margin", "borrowed_protection_s": 0}
-PATIENT = {"preemption_rule": "reclaim_room_patient", "borrowed_protection_s": 0}
 
 # Three equal teams.
 THREE = (
@@ -144,95 +140,16 @@ def test_work_that_cannot_resume_is_reclaimed_only_early_in_its_run() -> None:
     assert late.status("a3") == "pending"
 
 
-@pytest.mark.parametrize("rule", [CHECKPOINT, PATIENT], ids=["checkpoint", "patient"])
 @pytest.mark.parametrize("accelerate", [True, False], ids=["accelerated", "plain"])
-def test_a_checkpoint_passing_is_seen_by_a_tick_with_nothing_new(accelerate: bool,
-                                                                  rule: dict[str, object]) -> None:
+def test_a_checkpoint_passing_is_seen_by_a_tick_with_nothing_new(accelerate: bool) -> None:
     # With a fair-share period of a day and every protection 8 h long, ticks at
     # 20 minutes and at 1 h 5 min see the same world and the same fair-share time:
     # only the checkpoint between them changed who may be taken. The engine's
     # idle-cycle memo and the failure memo must not keep the first tick's
     # "nothing" (the plain twin has neither).
-    # (Under the patient bound a3's wait grows as fast as the victims' loss: at
-    # 1500 s it has waited 300 s and a victim would lose 1500 s per GPU.)
-    s = _just_under(rule, submit_at=1200, protect=8 * HOUR, accelerate=accelerate,
+    s = _just_under(CHECKPOINT, submit_at=1200, protect=8 * HOUR, accelerate=accelerate,
                     fair_share_period_s=86_400)
     assert _preempted(s.tick()) == []
     assert _preempted(s.tick(1500)) == []
     out = _preempted(s.tick(HOUR + 300))
     assert len(out) == 1 and out[0][3] == "a3"
-
-
-# -- the patient bound: the checkpoint bound grown by the taker's wait ---------------------
-
-def _at_guarantee(rule: dict[str, object], submit_at: int, resumable: bool = True) -> Sim:
-    """48 GPUs, 16 guaranteed each: lab/a holds 16 (a1 8, a2 4, a4 4), lab/b 32 (borrowing).
-
-    lab/b's four 8-GPU jobs start at 0 and checkpoint hourly (when ``resumable``).
-    a3 (8 GPUs) of lab/a is submitted at ``submit_at``; while lab/a holds its
-    whole guarantee it may reclaim nothing. a4 ends at 1200 s: from then on
-    lab/a is under its guarantee and a3 may reclaim one of lab/b's jobs, which
-    would lose 1200 s of work per GPU.
-    """
-    s = Sim(THREE, hosts=6, **rule)
-    for name, gpus in (("a1", 8), ("a2", 4), ("a4", 4)):
-        s.submit(name, "lab/a", gpus, HOUR)
-    s.tick()
-    for i in range(4):
-        s.submit(f"b{i}", "lab/b", 8, HOUR, resumable=resumable, checkpoint_interval_s=HOUR)
-    s.tick()
-    assert len(s.running()) == 7 and s.state.cluster_state.capacity == 48
-    s.at(submit_at)
-    s.submit("a3", "lab/a", 8, HOUR)
-    for t in range(300, 1200, 300):
-        if t >= submit_at:
-            assert _preempted(s.tick(t)) == []  # lab/a holds its guarantee
-    s.at(1200)
-    s.finish("a4")
-    return s
-
-
-def test_the_bound_grows_with_the_takers_wait() -> None:
-    # At 1200 s a victim would lose 1200 s per GPU: twice RECLAIM_LOSS_S. A taker
-    # that has just come (wait 0) is refused, as under the fixed bound; one that
-    # has waited since 600 s (600 + 600 >= 1200) takes it; one that came a
-    # second later (600 + 599 < 1200) does not, all in exact seconds.
-    assert RECLAIM_LOSS_S == 600
-    fresh = _at_guarantee(PATIENT, submit_at=1200)
-    assert _preempted(fresh.tick()) == []
-    assert fresh.status("a3") == "pending"
-    waited = _at_guarantee(PATIENT, submit_at=600)
-    out = _preempted(waited.tick())
-    assert len(out) == 1 and str(out[0][1]).startswith("b") and out[0][2] == "reclaim" \
-        and out[0][3] == "a3"
-    assert waited.status("a3") == "running"
-    just_short = _at_guarantee(PATIENT, submit_at=601)
-    assert _preempted(just_short.tick()) == []
-    # The fixed bound does not look at the wait: the same taker is refused.
-    fixed = _at_guarantee(CHECKPOINT, submit_at=600)
-    assert _preempted(fixed.tick()) == []
-    assert fixed.status("a3") == "pending"
-
-
-@pytest.mark.parametrize("accelerate", [True, False], ids=["accelerated", "plain"])
-def test_work_that_cannot_resume_is_reclaimed_once_the_taker_waited_the_cap(
-        accelerate: bool) -> None:
-    # lab/b's work cannot resume: past its first 10 minutes the fixed bound never
-    # lets it be reclaimed. Under the patient bound its loss grows as fast as the
-    # taker's wait, so it is refused until the taker has waited the cap, then
-    # taken whatever it loses. Ticks in between see nothing new but the time.
-    assert RECLAIM_WAIT_CAP_S == HOUR
-    s = _just_under(PATIENT, resumable=False, submit_at=1200, protect=8 * HOUR,
-                    accelerate=accelerate, fair_share_period_s=86_400)
-    for t in range(1200, 1200 + RECLAIM_WAIT_CAP_S, 300):
-        assert _preempted(s.tick(t)) == []
-    assert s.status("a3") == "pending"
-    out = _preempted(s.tick(1200 + RECLAIM_WAIT_CAP_S))
-    assert len(out) == 1 and str(out[0][1]).startswith("b") and out[0][2] == "reclaim" \
-        and out[0][3] == "a3"
-    assert s.status("a3") == "running"
-    fixed = _just_under(CHECKPOINT, resumable=False, submit_at=1200, protect=8 * HOUR,
-                        accelerate=accelerate, fair_share_period_s=86_400)
-    for t in range(1200, 1200 + RECLAIM_WAIT_CAP_S + 600, 300):
-        assert _preempted(fixed.tick(t)) == []
-    assert fixed.status("a3") == "pending"

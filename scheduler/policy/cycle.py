@@ -68,11 +68,9 @@ from scheduler.policy.reservations import (
 from scheduler.policy.rules import (
     BALANCED_RULES,
     LOSS_RULES,
-    PATIENT_RULES,
     RECLAIM,
     RECLAIM_LOSS_S,
     RECLAIM_RULES,
-    RECLAIM_WAIT_CAP_S,
     BudgetRule,
     Due,
 )
@@ -157,12 +155,11 @@ class Cycle:
         self._victims: VictimIndex | None = None
         self._ranking: Ranking | None = None
         self._costs: CostModel | None = None
-        # ``loses_little``'s tests of one victim, by their bound (GPU-seconds per GPU).
-        self._loses_little: dict[int, Callable[[Workload], bool]] = {}
+        self._loses_little: Callable[[Workload], bool] | None = None  # see ``loses_little``
         self._frees: HostFreeTimes | None = None
         self._guarantees: Guarantees | None = None
-        # Per leaf, (hosts, GPUs per host, commitment, ``waited``) of searches that found no plan.
-        self.failed: dict[str, list[tuple[int, int, int, int]]] = {}
+        # Per leaf, (hosts, GPUs per host, commitment) of searches that found no plan.
+        self.failed: dict[str, list[tuple[int, int, int]]] = {}
         self.to_reserve: list[Workload] = []  # noted for a reservation, not yet worked out
         # Under the balanced reclaim, the noted work the balance could not serve with
         # a search to spare, whose side is under its guarantee beside a borrowing one:
@@ -610,19 +607,17 @@ class Cycle:
     def note_failed(self, w: Workload, commitment: int) -> None:
         """Remember a failed search in ``w``'s leaf (only entries no other one covers)."""
         n, k = w.hosts, w.gpus_per_host
-        waited = self.waited(w)
         failed = self.failed.setdefault(w.budget, [])
         covered = False
-        for fn, fk, fc, fw in failed:
+        for fn, fk, fc in failed:
             if fn == n:
-                if k >= fk and commitment >= fc and waited <= fw:
+                if k >= fk and commitment >= fc:
                     return
-                if fk >= k and fc >= commitment and fw <= waited:
+                if fk >= k and fc >= commitment:
                     covered = True
         if covered:
-            failed[:] = [f for f in failed if not (f[0] == n and f[1] >= k and f[2] >= commitment
-                                                   and f[3] <= waited)]
-        failed.append((n, k, commitment, waited))
+            failed[:] = [f for f in failed if not (f[0] == n and f[1] >= k and f[2] >= commitment)]
+        failed.append((n, k, commitment))
 
     def dominated(self, w: Workload, commitment: int) -> bool:
         """True when a search in ``w``'s leaf for as many hosts, asking no more, failed.
@@ -634,19 +629,15 @@ class Cycle:
         backlog, like Slurm skipping jobs larger than one already known not to
         start. (Not across host counts: a gang may take victim gangs up to its own
         size, which a smaller request may not. Nor across leaves: another leaf may
-        preempt its own lower-priority work, or sit elsewhere in the tree.) Under
-        ``PATIENT_RULES`` the loss bound grows with the candidate's wait
-        (``waited``), and a later workload of lower priority may have waited
-        longer: it is dominated only by a failure that had waited at least as long.
+        preempt its own lower-priority work, or sit elsewhere in the tree.)
         """
         failed = self.failed.get(w.budget)
         if failed is None:
             return False
         n, k = w.hosts, w.gpus_per_host
-        waited = self.waited(w)
         # A loop, not any(): compiled, it allocates no generator per call (asked per candidate).
-        for fn, fk, fc, fw in failed:
-            if n == fn and k >= fk and commitment >= fc and waited <= fw:
+        for fn, fk, fc in failed:  # noqa: SIM110
+            if n == fn and k >= fk and commitment >= fc:
                 return True
         return False
 
@@ -947,42 +938,23 @@ class Cycle:
         return BudgetRule(self.ranking, w, due, self.guarantees if reclaim else None,
                           balanced=mode in BALANCED_RULES,
                           lockout=planning and mode == "reclaim_balanced",
-                          loses_little=None if planning or not reclaim else self.loses_little(w))
+                          loses_little=None if planning or not reclaim else self.loses_little)
 
-    def waited(self, w: Workload) -> int:
-        """Under ``PATIENT_RULES``: how long ``w`` has waited, in seconds, capped at ``RECLAIM_WAIT_CAP_S``.
-
-        Counted from its submission (``submitted_at``; a requeued run's wait also
-        counts from there: the state keeps no time it went back to pending). 0
-        under every other rule, whose bound does not depend on the candidate.
-        """
-        if self.policy.preemption_rule not in PATIENT_RULES:
-            return 0
-        wait = self.now - w.submitted_at
-        if wait <= 0:
-            return 0
-        return RECLAIM_WAIT_CAP_S if wait >= RECLAIM_WAIT_CAP_S else wait
-
-    def loses_little(self, w: Workload) -> Callable[[Workload], bool] | None:
-        """``RECLAIM_LOSS_S`` as a test of one victim of ``w`` at this cycle's time (None: no bound, ``LOSS_RULES``).
+    @property
+    def loses_little(self) -> Callable[[Workload], bool] | None:
+        """``RECLAIM_LOSS_S`` as a test of one victim at this cycle's time (None: no bound, ``LOSS_RULES``).
 
         A victim may be taken by reclaim when the work it would lose now
         (``work_lost``: since its last checkpoint under its own interval, or its
-        whole run if it cannot resume) is at most the bound per GPU. Under
-        ``PATIENT_RULES`` the bound is ``RECLAIM_LOSS_S`` plus how long ``w`` has
-        waited (``waited``), and there is none once it has waited
-        ``RECLAIM_WAIT_CAP_S``. Its answer moves with the time, not only with the
-        world: the failure memo is then kept for one moment only (``failures``),
-        and the engine's idle-cycle memo is off (scheduler/engine.py).
+        whole run if it cannot resume) is at most the bound per GPU. Its answer
+        moves with the time, not only with the world: the failure memo is then
+        kept for one moment only (``failures``), and the engine's idle-cycle memo
+        is off (scheduler/engine.py).
         """
         if self.policy.preemption_rule not in LOSS_RULES:
             return None
-        waited = self.waited(w)
-        if waited >= RECLAIM_WAIT_CAP_S:
-            return None
-        bound = RECLAIM_LOSS_S + waited
-        test = self._loses_little.get(bound)
-        if test is None:
+        bound = RECLAIM_LOSS_S
+        if self._loses_little is None:
             now = self.now
             checkpoint = checkpoint_rule(self.policy)
 
@@ -990,8 +962,8 @@ class Cycle:
                 lost = work_lost(v, now, checkpoint(v) if v.resumable else None)
                 return lost <= bound * v.gpus
 
-            test = self._loses_little[bound] = loses_little
-        return test
+            self._loses_little = loses_little
+        return self._loses_little
 
     @property
     def guarantees(self) -> Guarantees:
@@ -1058,7 +1030,7 @@ class Cycle:
 
 def _identity(w: Workload) -> tuple[object, ...]:
     """What a search or plan reads of its workload (the id alone could be reused)."""
-    return (w.id, w.budget, w.priority, w.hosts, w.gpus_per_host, w.min_runtime_s, w.submitted_at)
+    return (w.id, w.budget, w.priority, w.hosts, w.gpus_per_host, w.min_runtime_s)
 
 
 def _next_shorter(queue: list[tuple[tuple[int, int, int, str], Workload]], i: int, floor: int,

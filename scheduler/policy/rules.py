@@ -22,8 +22,6 @@ The budget policy (allot) lets a candidate take:
   (``victims.work_lost``: since its last checkpoint, or its whole run), so
   borrowed work is reclaimed just after a checkpoint; ``"reclaim_room_margin"``
   asks the balanced test for a margin (``RECLAIM_MARGIN_PCT``);
-  ``"reclaim_room_patient"`` is the checkpoint bound grown by how long the
-  candidate has waited, and lifted once it has waited ``RECLAIM_WAIT_CAP_S``;
 - another leaf's work, under ``preemption_rule = "reclaim_balanced"``: when,
   at the level where their paths part, the candidate's side is strictly
   under its guarantee, and the victim's side has room to give
@@ -81,33 +79,20 @@ RECLAIM = "reclaim"
 
 # The policy's ``preemption_rule`` values that take another leaf's work by reclaim only.
 RECLAIM_RULES = ("reclaim", "reclaim_balanced", "reclaim_room", "reclaim_room_checkpoint",
-                 "reclaim_room_margin", "reclaim_room_checkpoint_margin", "reclaim_room_patient")
+                 "reclaim_room_margin", "reclaim_room_checkpoint_margin")
 
 # The values that reclaim by the balanced test (``Guarantees.node_room``); only
 # "reclaim_balanced" also plans reservations on borrowed work (``Guarantees.lockout``).
 BALANCED_RULES = ("reclaim_balanced", "reclaim_room", "reclaim_room_checkpoint",
-                  "reclaim_room_margin", "reclaim_room_checkpoint_margin", "reclaim_room_patient")
+                  "reclaim_room_margin", "reclaim_room_checkpoint_margin")
 
 # The values that take a victim by reclaim only while it would lose at most
 # ``RECLAIM_LOSS_S`` seconds of work per GPU (``victims.work_lost``): borrowed
 # work mid-way between two checkpoints is left until just after the next one.
 # Ten minutes: two of ai2-month's 5-minute ticks, so every hourly checkpoint is
 # followed by a cycle that may take it (docs/simulation.md, the churn).
-LOSS_RULES = ("reclaim_room_checkpoint", "reclaim_room_checkpoint_margin", "reclaim_room_patient")
+LOSS_RULES = ("reclaim_room_checkpoint", "reclaim_room_checkpoint_margin")
 RECLAIM_LOSS_S = 600
-
-# Of ``LOSS_RULES``, the values whose bound grows with the taker's wait: a
-# victim may be taken by a candidate that has waited ``wait`` seconds (now
-# minus its submission) when it loses at most ``RECLAIM_LOSS_S + wait``
-# seconds of work per GPU, and whatever it loses once the candidate has
-# waited ``RECLAIM_WAIT_CAP_S``. One hour: ai2-month's training checkpoints
-# hourly, so by then every such victim has passed a checkpoint and the bound
-# alone would take it; the cap adds only work that cannot resume (reclaimable
-# under the fixed bound only in its first 10 minutes, a lock-out for as long
-# as it runs) and longer intervals, so no taker under its guarantee waits on
-# a victim's loss longer than it would for one hourly checkpoint.
-PATIENT_RULES = ("reclaim_room_patient",)
-RECLAIM_WAIT_CAP_S = 3600
 
 # The values whose balanced test asks for a margin of ``RECLAIM_MARGIN_PCT``
 # points of use per guarantee: defined beside the test (scheduler/policy/guarantee.py,
