@@ -64,7 +64,7 @@ test: $(STAMP) | $(BROWSER)  ## run the test suite (starts its own Kafka broker 
 	@echo "make: building the compiled core beside the tests (log: build/native-build.log)"
 	@env -u PYTHONDONTWRITEBYTECODE sh -c 'trap "rm -f $(BUILDING)" EXIT INT TERM; \
 		{ $(MAKE) --no-print-directory $(NATIVE) > build/native-build.log 2>&1; rm -f $(BUILDING); } & \
-		$(PY) -m pytest -n $(TEST_JOBS) --dist loadscope --durations=15; status=$$?; \
+		$(PY) -m pytest -n $(TEST_JOBS) --dist loadscope --no-loadscope-reorder --durations=15; status=$$?; \
 		wait; cat build/native-build.log; exit $$status'
 
 demo: $(STAMP) $(NATIVE)  ## play scenarios/demo.toml through Kafka on the embedded stack; audit + replay

@@ -82,14 +82,22 @@ def _own_key_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
 
 
 # The modules of the suite's longest tests (live stacks, kill -9 loops, whole scenarios),
-# collected first: ``make test`` hands each module whole to the next free process
-# (``--dist loadscope``), so the long ones start at once and run beside the many short ones
-# instead of ending the run alone (longest first is the classic rule for packing jobs onto a
-# few machines). Within a module the order stays as written.
-_LONG_FIRST = ("test_live_crash", "test_readme_walkthrough", "test_live_projections_kafka",
-               "test_live_failover", "test_live_demo", "test_bench_live_scale",
-               "test_identity_journal_seal", "test_archive_", "test_live_", "test_codec_fuzz",
-               "test_audit_derived", "test_executor_live", "test_core_properties")
+# collected first, longest first: ``make test`` hands each module whole to the next free
+# process (``--dist loadscope``, with ``--no-loadscope-reorder``: xdist would otherwise
+# reorder the modules by their number of tests, which put these, with one or two tests
+# each, at the end of the run), so the long ones start at once and run beside the many
+# short ones instead of ending the run alone (longest first is the classic rule for
+# packing jobs onto a few machines). The order is the modules' wall time in a run of
+# the whole suite (2026-12-08, built tree, 6 processes on 2 cores). Within a module
+# the order stays as written.
+_LONG_FIRST = ("test_live_projections_kafka", "test_live_failover_fast", "test_bench_live_scale",
+               "test_live_crash", "test_live_failover", "test_live_projections_windows",
+               "test_native", "test_plots", "test_readme_walkthrough", "test_audit_records",
+               "test_identity_journal_seal", "test_audit_report", "test_core_failure_memo",
+               "test_audit_derived", "test_live_client", "test_audit_views", "test_live_up",
+               "test_live_snapshot_prefetch", "test_executor_live", "test_core_properties",
+               "test_live_demo", "test_audit_load", "test_core_fair_share_base",
+               "test_archive_", "test_live_", "test_codec_fuzz", "test_values_fast")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
