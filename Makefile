@@ -38,14 +38,14 @@ $(BROWSER):
 		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null \
 		|| echo "make: no $(BROWSER) (apt-get install -y chromium); the browser test will be skipped"
 
-# Three test processes per core: about half of the suite's wall time is live tests waiting
-# on a broker, a worker or a subprocess, and more processes than cores fill those waits.
-# Each test module goes whole to one process (--dist loadscope: a module's shared fixtures,
-# e.g. one live cluster, are built once, and its tests run in the order written), and the
-# modules of the longest tests are handed out first (tests/conftest.py), so they run beside
-# the short ones instead of ending the run alone. On this 2-core machine, quiet, 2,197
-# tests: 4 min 29 s on a built tree, 5 min 27 s and 6 min 20 s on a fresh clone with the
-# venv and the native build (2026-12-08, docs/benchmarks.md). TEST_JOBS=N overrides.
+# Three test processes per core: many tests wait on a broker, a worker or a subprocess,
+# and more processes than cores fill those waits. Each test module goes whole to one
+# process (--dist loadscope: a module's shared fixtures, e.g. one live cluster, are built
+# once, and its tests run in the order written), and the longest modules are handed out
+# first (tests/conftest.py; --no-loadscope-reorder keeps xdist from reordering them by
+# their number of tests), so they run beside the short ones instead of ending the run
+# alone. On this 2-core machine, quiet, 2,242 tests, a fresh clone: 4 min 52 s,
+# 5 min 11 s and 5 min 28 s (2026-12-08, docs/benchmarks.md). TEST_JOBS=N overrides.
 TEST_JOBS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) * 3 )))
 
 # Python caches compiled modules (__pycache__) unless PYTHONDONTWRITEBYTECODE is set, as
@@ -54,8 +54,8 @@ TEST_JOBS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) * 3 )))
 # in each of its processes. The suite lets Python keep the cache (it is in .gitignore).
 #
 # The compiled core is built beside the tests, not before them: the build is mostly the C
-# compiler (about 40 CPU-seconds), and the tests leave a core idle while they wait on
-# brokers and subprocesses. build/native.building says a build is under way; the tests
+# compiler (about 40 CPU-seconds), which then fills the moments the tests wait on
+# brokers and subprocesses instead of running alone before them. build/native.building says a build is under way; the tests
 # that run the compiled core wait for it to go (native.build.wait_for_build), the others
 # run the pure core and need no build. The build's own lines are printed at the end.
 BUILDING := build/native.building

@@ -4,7 +4,7 @@ The test process runs the pure core (conftest sets ``ALLOT_CORE=pure``: some
 tests replace methods, which compiled classes do not allow). The compiled core
 runs in child processes, with ``ALLOT_CORE=native`` so that a missing or broken
 build fails here instead of quietly running pure: ``make test`` builds it
-first, and CI runs ``make test``.
+beside the tests (these wait for it), and CI runs ``make test``.
 """
 
 from __future__ import annotations
