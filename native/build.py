@@ -50,8 +50,8 @@ class BuildError(RuntimeError):
 
 
 # ``make test`` builds the compiled core beside the tests instead of before them (the
-# build is mostly the C compiler, and the tests leave a core idle while they wait on
-# brokers and subprocesses). While it runs, this file lies beside the build directory;
+# build is mostly the C compiler, which then fills the moments the tests wait on brokers
+# and subprocesses). While it runs, this file lies beside the build directory;
 # the tests that run the compiled core wait for it to go (``wait_for_build``).
 BUILDING_SUFFIX = ".building"
 
@@ -69,8 +69,9 @@ def wait_for_build(out: Path, timeout_s: float = 600.0, poll_s: float = 0.2,
                    stale_s: float = 900.0) -> float:
     """Return once no build of ``out`` is under way; the seconds waited.
 
-    A marker older than ``stale_s`` (a build takes well under a minute) is one a
-    killed ``make`` left behind and is ignored. Raises BuildStillRunning when a fresh one outlives ``timeout_s``.
+    A marker older than ``stale_s`` (a build takes 20 s alone, up to about 3 minutes
+    beside the whole suite) is one a killed ``make`` left behind and is ignored.
+    Raises BuildStillRunning when a fresh one outlives ``timeout_s``.
     """
     marker = building_marker(out)
     start = time.monotonic()
