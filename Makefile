@@ -45,7 +45,7 @@ $(BROWSER):
 # first (tests/conftest.py; --no-loadscope-reorder keeps xdist from reordering them by
 # their number of tests), so they run beside the short ones instead of ending the run
 # alone. On this 2-core machine, quiet, 2,242 tests, a fresh clone: 4 min 52 s,
-# 5 min 11 s and 5 min 28 s (2026-12-08, docs/benchmarks.md). TEST_JOBS=N overrides.
+# 5 min 11 s, 5 min 28 s and 5 min 3 s (2026-12-08, docs/benchmarks.md). TEST_JOBS=N overrides.
 TEST_JOBS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) * 3 )))
 
 # Python caches compiled modules (__pycache__) unless PYTHONDONTWRITEBYTECODE is set, as
